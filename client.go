@@ -1,0 +1,215 @@
+package redrive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"sync"
+	"time"
+)
+
+// Config configures a Client. Zero values take the stated defaults.
+type Config struct {
+	// Workers is how many attempts run at once. Default 16.
+	Workers int
+	// ClaimBatch is the most items claimed in one store call.
+	// Default: Workers, at least 32 and at most 512.
+	ClaimBatch int
+	// PollInterval is how often an idle client looks for due items when no
+	// notification wakes it. Default 100 ms.
+	PollInterval time.Duration
+	// LeaseDuration is how long a claim lasts without a heartbeat; a
+	// worker that vanished loses its items after this long. Default 30 s.
+	LeaseDuration time.Duration
+	// HeartbeatInterval is how often leases are extended. Default
+	// LeaseDuration / 3.
+	HeartbeatInterval time.Duration
+	// RescueInterval is how often expired leases are looked for.
+	// Default 5 s.
+	RescueInterval time.Duration
+	// RunCheckInterval is how often running runs are checked for their
+	// end and their failure budget. Default 250 ms.
+	RunCheckInterval time.Duration
+	// Retention is how long succeeded items and their attempts are kept.
+	// Default 0: kept until deleted. Dead items are kept until purged.
+	Retention time.Duration
+	// Owner names this client in leases. Default: host name, process ID
+	// and a random suffix.
+	Owner string
+	// Logger receives the engine's log lines. Default: none.
+	Logger *slog.Logger
+	// Observers receive every event (see Event). Default: none.
+	Observers []func(Event)
+	// Now is the clock. Default time.Now.
+	Now func() time.Time
+}
+
+func (c Config) withDefaults() Config {
+	if c.Workers <= 0 {
+		c.Workers = 16
+	}
+	if c.ClaimBatch <= 0 {
+		c.ClaimBatch = min(max(c.Workers, 32), 512)
+	}
+	if c.PollInterval <= 0 {
+		c.PollInterval = 100 * time.Millisecond
+	}
+	if c.LeaseDuration <= 0 {
+		c.LeaseDuration = 30 * time.Second
+	}
+	if c.HeartbeatInterval <= 0 {
+		c.HeartbeatInterval = c.LeaseDuration / 3
+	}
+	if c.RescueInterval <= 0 {
+		c.RescueInterval = 5 * time.Second
+	}
+	if c.RunCheckInterval <= 0 {
+		c.RunCheckInterval = 250 * time.Millisecond
+	}
+	if c.Owner == "" {
+		host, _ := os.Hostname()
+		c.Owner = host + ":" + strconv.Itoa(os.Getpid()) + ":" + strconv.FormatInt(time.Now().UnixNano()%1e6, 36)
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.Now == nil {
+		c.Now = time.Now
+	}
+	return c
+}
+
+// Errors of the Client.
+var (
+	// ErrUnknownPipeline is returned for a pipeline that was not registered.
+	ErrUnknownPipeline = errors.New("redrive: unknown pipeline")
+	// ErrStarted is returned by Register and Start once the client runs.
+	ErrStarted = errors.New("redrive: client already started")
+	// ErrNotStarted is returned by Stop before Start.
+	ErrNotStarted = errors.New("redrive: client not started")
+)
+
+// Client submits runs and, once started, works the items of its registered
+// pipelines. Its methods are safe for concurrent use.
+type Client struct {
+	store Store
+	cfg   Config
+
+	mu        sync.Mutex
+	pipelines map[string]*Pipeline
+	eng       *engine
+}
+
+// NewClient returns a client over store.
+func NewClient(store Store, cfg Config) *Client {
+	return &Client{store: store, cfg: cfg.withDefaults(), pipelines: map[string]*Pipeline{}}
+}
+
+// Store returns the client's store.
+func (c *Client) Store() Store { return c.store }
+
+// Register adds a pipeline. Pipelines are registered before Start.
+func (c *Client) Register(p Pipeline) error {
+	if err := p.Validate(); err != nil {
+		return err
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.eng != nil {
+		return ErrStarted
+	}
+	if _, ok := c.pipelines[p.Name]; ok {
+		return fmt.Errorf("%w: pipeline %q registered twice", ErrInvalidPipeline, p.Name)
+	}
+	p.Stages = append([]Stage(nil), p.Stages...)
+	c.pipelines[p.Name] = &p
+	return nil
+}
+
+func (c *Client) pipeline(name string) (*Pipeline, error) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	p, ok := c.pipelines[name]
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrUnknownPipeline, name)
+	}
+	return p, nil
+}
+
+// StartRun creates a run of a registered pipeline and enqueues its items.
+// With opts.Name set, starting a run whose name exists resumes it: items
+// whose keys it holds are not added again, so a rerun redoes nothing.
+func (c *Client) StartRun(ctx context.Context, pipeline string, items []NewItem, opts RunOptions) (Run, error) {
+	if _, err := c.pipeline(pipeline); err != nil {
+		return Run{}, err
+	}
+	if err := opts.Validate(); err != nil {
+		return Run{}, err
+	}
+	run, _, err := c.store.CreateRun(ctx, pipeline, opts, c.cfg.Now())
+	if err != nil {
+		return Run{}, fmt.Errorf("redrive: start run: %w", err)
+	}
+	if len(items) == 0 && run.Counts.Total == 0 {
+		// An empty run has nothing to wait for.
+		if err := c.store.SetRunStatus(ctx, run.ID, RunCompleted, "", c.cfg.Now()); err != nil {
+			return Run{}, fmt.Errorf("redrive: start run: %w", err)
+		}
+	}
+	if _, err := c.AddItems(ctx, run.ID, items); err != nil {
+		return Run{}, err
+	}
+	return c.store.GetRun(ctx, run.ID)
+}
+
+// AddItems enqueues items into an existing run at its pipeline's first
+// stage, in one transaction. A finished run reopens.
+func (c *Client) AddItems(ctx context.Context, runID int64, items []NewItem) ([]Enqueued, error) {
+	run, err := c.store.GetRun(ctx, runID)
+	if err != nil {
+		return nil, fmt.Errorf("redrive: add items: %w", err)
+	}
+	p, err := c.pipeline(run.Pipeline)
+	if err != nil {
+		return nil, err
+	}
+	if len(items) == 0 {
+		return nil, nil
+	}
+	out, err := c.store.Enqueue(ctx, EnqueueRequest{RunID: runID, Pipeline: p.Name, Stage: p.Stages[0].Name, Items: items, Now: c.cfg.Now()})
+	if err != nil {
+		return nil, fmt.Errorf("redrive: enqueue: %w", err)
+	}
+	// A run that finished (perhaps while these items were being written)
+	// reopens when it received new work.
+	added := false
+	for _, e := range out {
+		added = added || !e.Existing
+	}
+	if run, err = c.store.GetRun(ctx, runID); err == nil && run.Status != RunRunning && run.Status != RunAborted && added {
+		err = c.store.SetRunStatus(ctx, runID, RunRunning, "", c.cfg.Now())
+	}
+	if err != nil {
+		return out, fmt.Errorf("redrive: reopen run %d: %w", runID, err)
+	}
+	c.wake()
+	return out, nil
+}
+
+func (c *Client) wake() {
+	c.mu.Lock()
+	e := c.eng
+	c.mu.Unlock()
+	if e != nil {
+		e.wake()
+	}
+}
+
+func (c *Client) emit(ev Event) {
+	for _, o := range c.cfg.Observers {
+		o(ev)
+	}
+}

@@ -1,0 +1,93 @@
+package redrive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/redrive/redrive/retry"
+)
+
+// Handler runs one stage for one item. It gets a context that carries the
+// stage's timeout and ends when the engine stops, and the item, whose
+// Payload is the stage's input. It returns the input of the next stage (or
+// the item's final output after the last stage), or an error that the
+// stage's classifier sorts into final, retryable or rate limited.
+//
+// Wrap an error with retry.Final, retry.RateLimited or retry.Retryable to
+// decide its class explicitly.
+type Handler func(ctx context.Context, item *Item) ([]byte, error)
+
+// Stage is one step of a pipeline.
+type Stage struct {
+	// Name is unique within the pipeline.
+	Name string
+	// Handle does the stage's work.
+	Handle Handler
+	// Policy decides attempts, delays and classification. Its zero value
+	// takes the retry package's defaults: 3 attempts, exponential backoff
+	// from 1 s doubling to at most 60 s with ±20 % jitter. Only its
+	// attempt, delay, classification and rate-limit fields apply to a
+	// durable stage; MaxElapsed, hooks, Budget and Breaker are for
+	// in-process retries.
+	Policy retry.Policy
+	// Timeout bounds one attempt. Default 0: no timeout beyond the lease.
+	Timeout time.Duration
+	// Concurrency caps the attempts of this stage running at once in one
+	// client. Default 0: only the client's Workers bound it.
+	Concurrency int
+	// Breaker, when set, is consulted before claiming the stage's items:
+	// while it is open the stage claims nothing, so an outage neither
+	// burns attempts nor fills the dead-letter queue. Every attempt's
+	// result is recorded on it. Default nil: no breaker.
+	Breaker *retry.Breaker
+}
+
+// Pipeline is a named, ordered list of stages.
+type Pipeline struct {
+	Name   string
+	Stages []Stage
+}
+
+// ErrInvalidPipeline is wrapped by the errors of Pipeline.Validate.
+var ErrInvalidPipeline = errors.New("redrive: invalid pipeline")
+
+// Validate reports a pipeline that cannot run.
+func (p Pipeline) Validate() error {
+	if p.Name == "" {
+		return fmt.Errorf("%w: empty name", ErrInvalidPipeline)
+	}
+	if len(p.Stages) == 0 {
+		return fmt.Errorf("%w: pipeline %q has no stages", ErrInvalidPipeline, p.Name)
+	}
+	seen := make(map[string]bool, len(p.Stages))
+	for i, s := range p.Stages {
+		if s.Name == "" {
+			return fmt.Errorf("%w: pipeline %q stage %d has no name", ErrInvalidPipeline, p.Name, i)
+		}
+		if seen[s.Name] {
+			return fmt.Errorf("%w: pipeline %q has two stages named %q", ErrInvalidPipeline, p.Name, s.Name)
+		}
+		seen[s.Name] = true
+		if s.Handle == nil {
+			return fmt.Errorf("%w: pipeline %q stage %q has no handler", ErrInvalidPipeline, p.Name, s.Name)
+		}
+		if err := s.Policy.Validate(); err != nil {
+			return fmt.Errorf("%w: pipeline %q stage %q: %w", ErrInvalidPipeline, p.Name, s.Name, err)
+		}
+		if s.Timeout < 0 || s.Concurrency < 0 {
+			return fmt.Errorf("%w: pipeline %q stage %q: negative timeout or concurrency", ErrInvalidPipeline, p.Name, s.Name)
+		}
+	}
+	return nil
+}
+
+func (p Pipeline) stageIndex(name string) int {
+	for i, s := range p.Stages {
+		if s.Name == name {
+			return i
+		}
+	}
+	return -1
+}

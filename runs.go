@@ -1,0 +1,174 @@
+package redrive
+
+import (
+	"context"
+	"fmt"
+	"time"
+)
+
+// StatusFor is the final status of a run whose items all finished: completed
+// when the success rate reaches the success threshold, partial_success when
+// it reaches the partial threshold, failed otherwise. An empty run is
+// completed.
+func StatusFor(c Counts, opts RunOptions) RunStatus {
+	opts = opts.withDefaults()
+	if c.Total == 0 {
+		return RunCompleted
+	}
+	rate := float64(c.Succeeded) / float64(c.Total)
+	switch {
+	case rate >= opts.SuccessThreshold:
+		return RunCompleted
+	case rate >= opts.PartialThreshold:
+		return RunPartialSuccess
+	default:
+		return RunFailed
+	}
+}
+
+// BudgetExceeded reports whether a run's dead rate is over its failure
+// budget, judged once at least MinItems (or all items, when fewer) have
+// finished, and says why.
+func BudgetExceeded(c Counts, opts RunOptions) (string, bool) {
+	if opts.FailureBudget <= 0 {
+		return "", false
+	}
+	opts = opts.withDefaults()
+	minItems := min(opts.MinItems, c.Total)
+	done := c.Succeeded + c.Dead
+	if done == 0 || done < minItems {
+		return "", false
+	}
+	rate := float64(c.Dead) / float64(done)
+	if rate <= opts.FailureBudget {
+		return "", false
+	}
+	return fmt.Sprintf("failure budget exceeded: %d of %d finished items dead (%.1f%% > %.1f%%)",
+		c.Dead, done, 100*rate, 100*opts.FailureBudget), true
+}
+
+// monitorLoop ends runs whose items all finished and aborts runs over
+// their failure budget.
+func (e *engine) monitorLoop() {
+	defer e.bg.Done()
+	lastRetention := time.Time{}
+	for {
+		e.checkRuns()
+		if e.cfg.Retention > 0 && e.cfg.Now().Sub(lastRetention) > time.Minute {
+			lastRetention = e.cfg.Now()
+			if n, err := e.store.DeleteSucceeded(e.bgCtx, lastRetention.Add(-e.cfg.Retention), 10000); err != nil {
+				e.log.Warn("redrive: retention failed", "err", err)
+			} else if n > 0 {
+				e.log.Info("redrive: deleted succeeded items past retention", "items", n)
+			}
+		}
+		if !sleep(e.bgCtx, e.cfg.RunCheckInterval) {
+			return
+		}
+	}
+}
+
+func (e *engine) checkRuns() {
+	ctx := e.bgCtx
+	runs, err := e.store.ListRuns(ctx, RunFilter{Status: RunRunning, Limit: 1000})
+	if err != nil {
+		if ctx.Err() == nil {
+			e.log.Warn("redrive: listing runs failed", "err", err)
+		}
+		return
+	}
+	for _, r := range runs {
+		if _, ok := e.pipelines[r.Pipeline]; (!ok && len(e.pipelines) > 0) || r.Counts.Total == 0 {
+			// Another client's pipeline, or a run still being filled.
+			continue
+		}
+		if reason, over := BudgetExceeded(r.Counts, r.Options); over {
+			e.abort(ctx, r, reason)
+			continue
+		}
+		if r.Counts.Pending+r.Counts.Running == 0 {
+			e.finish(ctx, r, StatusFor(r.Counts, r.Options), "")
+		}
+	}
+	// Aborted runs whose running items moved on are canceled again, so
+	// their counts settle.
+	e.mu.Lock()
+	ids := make([]int64, 0, len(e.aborted))
+	for id := range e.aborted {
+		ids = append(ids, id)
+	}
+	e.mu.Unlock()
+	for _, id := range ids {
+		r, err := e.store.GetRun(ctx, id)
+		if err != nil {
+			continue
+		}
+		if r.Status != RunAborted {
+			e.mu.Lock()
+			delete(e.aborted, id)
+			e.mu.Unlock()
+			continue
+		}
+		if r.Counts.Pending > 0 {
+			_, _ = e.store.CancelPending(ctx, ItemFilter{RunID: id, States: []State{StatePending}},
+				Reason{Class: ClassCanceled, Error: r.Reason, At: e.cfg.Now()})
+		}
+		if r.Counts.Pending+r.Counts.Running == 0 {
+			e.mu.Lock()
+			delete(e.aborted, id)
+			e.mu.Unlock()
+		}
+	}
+}
+
+func (e *engine) abort(ctx context.Context, r Run, reason string) {
+	now := e.cfg.Now()
+	e.mu.Lock()
+	e.aborted[r.ID] = reason
+	e.mu.Unlock()
+	if err := e.store.SetRunStatus(ctx, r.ID, RunAborted, reason, now); err != nil {
+		e.log.Warn("redrive: aborting run failed", "run", r.ID, "err", err)
+		return
+	}
+	n, err := e.store.CancelPending(ctx, ItemFilter{RunID: r.ID, States: []State{StatePending}},
+		Reason{Class: ClassCanceled, Error: reason, At: now})
+	if err != nil {
+		e.log.Warn("redrive: canceling items of an aborted run failed", "run", r.ID, "err", err)
+	}
+	e.log.Warn("redrive: run aborted", "run", r.ID, "pipeline", r.Pipeline, "reason", reason, "canceled", n)
+	r.Status, r.Reason, r.FinishedAt = RunAborted, reason, now
+	if fresh, err := e.store.GetRun(ctx, r.ID); err == nil {
+		r = fresh
+	}
+	e.c.emit(RunFinished{Run: r})
+}
+
+func (e *engine) finish(ctx context.Context, r Run, status RunStatus, reason string) {
+	now := e.cfg.Now()
+	if err := e.store.SetRunStatus(ctx, r.ID, status, reason, now); err != nil {
+		e.log.Warn("redrive: finishing run failed", "run", r.ID, "err", err)
+		return
+	}
+	r.Status, r.Reason, r.FinishedAt = status, reason, now
+	e.log.Info("redrive: run finished", "run", r.ID, "pipeline", r.Pipeline, "status", string(status),
+		"total", r.Counts.Total, "succeeded", r.Counts.Succeeded, "dead", r.Counts.Dead, "canceled", r.Counts.Canceled)
+	e.c.emit(RunFinished{Run: r})
+}
+
+// WaitRun waits until a run has reached a final status and none of its
+// items is pending or running, and returns it. It polls the store every
+// RunCheckInterval, so it also sees runs worked by other processes.
+func (c *Client) WaitRun(ctx context.Context, runID int64) (Run, error) {
+	for {
+		r, err := c.store.GetRun(ctx, runID)
+		if err != nil {
+			return Run{}, fmt.Errorf("redrive: wait for run %d: %w", runID, err)
+		}
+		if r.Status != RunRunning && r.Counts.Pending+r.Counts.Running == 0 {
+			return r, nil
+		}
+		if !sleep(ctx, c.cfg.RunCheckInterval) {
+			return r, ctx.Err()
+		}
+	}
+}

@@ -1,0 +1,258 @@
+package redrive
+
+import (
+	"context"
+	"errors"
+	"time"
+)
+
+// ErrNotFound is returned (wrapped) when a run or item does not exist.
+var ErrNotFound = errors.New("redrive: not found")
+
+// Store keeps items, runs and attempts. The engine decides what happens to
+// an item; a store only claims, records and queries, in batches. Every Store
+// passes the conformance suite in package storetest.
+//
+// Times passed in requests are the engine's clock; stores use them rather
+// than their own so that tests can drive time.
+type Store interface {
+	// CreateRun creates a run of pipeline p, or, when opts.Name is set and
+	// a run of that pipeline and name exists, returns that run with
+	// created false.
+	CreateRun(ctx context.Context, p string, opts RunOptions, now time.Time) (run Run, created bool, err error)
+	// Enqueue adds items to a run at the given first stage. An item whose
+	// key exists in the pipeline is not added again: its result carries the
+	// existing item's ID and Existing true. Items with Invalid set are
+	// stored dead with class invalid_input. The insert is atomic.
+	Enqueue(ctx context.Context, req EnqueueRequest) ([]Enqueued, error)
+
+	// Claim leases up to req.Limit due pending items: state pending,
+	// NextAt at or before req.Now, ordered by priority (higher first), then
+	// enqueue time, then ID, so that due retries and new items compete by
+	// enqueue time.
+	Claim(ctx context.Context, req ClaimRequest) ([]Lease, error)
+	// ClaimExpired takes over up to req.Limit running items whose lease
+	// expired before req.Now, with a new token, so a rescuer can record
+	// the lost attempt.
+	ClaimExpired(ctx context.Context, req ClaimRequest) ([]Lease, error)
+	// Heartbeat extends the leases it still holds to until, and returns the
+	// IDs of the items whose lease was lost (token no longer current).
+	Heartbeat(ctx context.Context, leases []LeaseRef, until time.Time) (lost []int64, err error)
+	// Complete applies completions in one transaction. Each one applies
+	// only while its token is the item's current lease token and the item
+	// is running; applied[i] reports whether completion i applied. An
+	// applied completion also records its attempt.
+	Complete(ctx context.Context, cs []Completion) (applied []bool, err error)
+	// Release returns leased items to pending, due at now, without
+	// recording an attempt (a graceful stop).
+	Release(ctx context.Context, leases []LeaseRef, now time.Time) error
+
+	// GetRun returns a run with its counts.
+	GetRun(ctx context.Context, id int64) (Run, error)
+	// ListRuns lists runs, newest first, with their counts.
+	ListRuns(ctx context.Context, f RunFilter) ([]Run, error)
+	// SetRunStatus sets the status of a run, its finish time and reason.
+	// With status running it reopens a finished run (after a redrive).
+	SetRunStatus(ctx context.Context, id int64, status RunStatus, reason string, at time.Time) error
+	// CancelPending cancels the pending items selected by f with reason r
+	// and returns how many it canceled.
+	CancelPending(ctx context.Context, f ItemFilter, r Reason) (int, error)
+
+	// GetItem returns one item.
+	GetItem(ctx context.Context, id int64) (Item, error)
+	// ListItems lists items selected by f, in ID order from f.AfterID.
+	ListItems(ctx context.Context, f ItemFilter) ([]Item, error)
+	// Attempts returns the attempts of an item in order.
+	Attempts(ctx context.Context, itemID int64) ([]Attempt, error)
+	// StateCounts counts items by pipeline, stage and state, optionally of
+	// one run (runID 0 means all).
+	StateCounts(ctx context.Context, runID int64) ([]StateCount, error)
+	// RetryHistogram counts the finished items of a run by how many
+	// retries (attempts beyond the first, over all stages, rate-limited
+	// waits excluded) they needed. runID 0 means all runs.
+	RetryHistogram(ctx context.Context, runID int64) ([]HistogramBucket, error)
+	// TopErrors returns the most common failed-attempt errors per stage,
+	// most frequent first.
+	TopErrors(ctx context.Context, f ErrorFilter) ([]ErrorCount, error)
+	// OldestDue returns the NextAt of the oldest due pending item, or the
+	// zero time when none is due at now.
+	OldestDue(ctx context.Context, now time.Time) (time.Time, error)
+
+	// Redrive sends the dead or canceled items selected by f (f.States must
+	// hold only those states; empty means dead) back to pending at the
+	// stage they stopped at, with a fresh attempt counter; history is kept.
+	// Item i is due at now + i*interval. Runs that had finished reopen.
+	// Returns how many items it redrove.
+	Redrive(ctx context.Context, f ItemFilter, now time.Time, interval time.Duration) (int, error)
+	// Purge deletes the dead items selected by f (and canceled ones when f
+	// names that state) with their attempts.
+	Purge(ctx context.Context, f ItemFilter) (int, error)
+	// Count counts the items selected by f.
+	Count(ctx context.Context, f ItemFilter) (int, error)
+	// DeleteSucceeded deletes succeeded items last updated before t, with
+	// their attempts, at most limit of them, and returns how many.
+	DeleteSucceeded(ctx context.Context, before time.Time, limit int) (int, error)
+
+	// Close releases the store's resources.
+	Close() error
+}
+
+// Notifier is implemented by stores that can wake idle workers when work
+// arrives from another process. The engine polls as well, so a missed
+// notification only costs latency.
+type Notifier interface {
+	// Notifications returns a channel that receives a value when items may
+	// have become due. It is closed when ctx ends.
+	Notifications(ctx context.Context) <-chan struct{}
+}
+
+// EnqueueRequest adds items to a run.
+type EnqueueRequest struct {
+	RunID    int64
+	Pipeline string
+	Stage    string // the first stage's name
+	Items    []NewItem
+	Now      time.Time
+}
+
+// Enqueued is the result of enqueueing one item.
+type Enqueued struct {
+	ID       int64 `json:"id"`
+	Existing bool  `json:"existing"`
+}
+
+// StageKey names a stage of a pipeline.
+type StageKey struct {
+	Pipeline string
+	Stage    string
+}
+
+// ClaimRequest asks for leases.
+type ClaimRequest struct {
+	// Owner identifies the worker process, for operators.
+	Owner string
+	// Pipelines limits claims to these pipelines; empty means none.
+	Pipelines []string
+	// Only, when not empty, limits claims to these stages.
+	Only []StageKey
+	// Exclude skips these stages (open breakers, full stages).
+	Exclude []StageKey
+	Limit   int
+	// LeaseUntil is when the new leases expire.
+	LeaseUntil time.Time
+	Now        time.Time
+}
+
+// Lease is a claimed item and its fencing token.
+type Lease struct {
+	Item  Item
+	Token int64
+}
+
+// Ref returns the lease's reference.
+func (l Lease) Ref() LeaseRef { return LeaseRef{ItemID: l.Item.ID, Token: l.Token} }
+
+// LeaseRef identifies a lease.
+type LeaseRef struct {
+	ItemID int64
+	Token  int64
+}
+
+// Completion is the engine's decision about a leased item.
+type Completion struct {
+	ItemID int64
+	Token  int64
+	// State is the item's next state: pending (next stage or retry),
+	// succeeded, dead or canceled.
+	State      State
+	StageIndex int
+	Stage      string
+	// Attempt is the item's attempt counter at its (possibly new) stage.
+	Attempt        int
+	RateLimitWaits int
+	// NextAt is when a pending item is due.
+	NextAt time.Time
+	// Payload replaces the item's payload when not nil.
+	Payload []byte
+	// Reason is set for dead and canceled.
+	Reason *Reason
+	// Record is the attempt to record.
+	Record Attempt
+	Now    time.Time
+}
+
+// RunFilter selects runs.
+type RunFilter struct {
+	Pipeline string
+	Status   RunStatus
+	// BeforeID pages backwards: only runs with a smaller ID. 0 means none.
+	BeforeID int64
+	// Limit caps the result. 0 means 100.
+	Limit int
+}
+
+// ItemFilter selects items. Zero fields select everything.
+type ItemFilter struct {
+	RunID    int64
+	Pipeline string
+	Stage    string
+	States   []State
+	// Class matches the reason's class of dead and canceled items.
+	Class string
+	// ErrorContains matches a substring of the reason's error.
+	ErrorContains string
+	// Since and Until bound the time the item reached its state
+	// (the reason's time for dead and canceled items, else UpdatedAt).
+	Since, Until time.Time
+	// AfterID pages forwards: only items with a larger ID.
+	AfterID int64
+	// Limit caps the result. 0 means no limit (ListItems: 100).
+	Limit int
+}
+
+// Validate reports a filter that cannot be right.
+func (f ItemFilter) Validate() error {
+	for _, s := range f.States {
+		if !s.Valid() {
+			return errors.New("redrive: unknown state " + string(s))
+		}
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
+		return errors.New("redrive: filter until is before since")
+	}
+	if f.Limit < 0 {
+		return errors.New("redrive: filter limit must not be negative")
+	}
+	return nil
+}
+
+// StateCount is the number of items of a pipeline stage in a state.
+type StateCount struct {
+	Pipeline string `json:"pipeline"`
+	Stage    string `json:"stage"`
+	State    State  `json:"state"`
+	Count    int    `json:"count"`
+}
+
+// HistogramBucket is how many finished items needed Retries retries.
+type HistogramBucket struct {
+	Retries int `json:"retries"`
+	Items   int `json:"items"`
+}
+
+// ErrorFilter selects failed attempts for TopErrors.
+type ErrorFilter struct {
+	RunID    int64
+	Pipeline string
+	// Limit caps the rows per stage. 0 means 5.
+	Limit int
+}
+
+// ErrorCount is how often an error message occurred at a stage.
+type ErrorCount struct {
+	Pipeline string `json:"pipeline"`
+	Stage    string `json:"stage"`
+	Class    string `json:"class"`
+	Error    string `json:"error"`
+	Count    int    `json:"count"`
+}

@@ -1,0 +1,258 @@
+package redrive
+
+import (
+	"errors"
+	"time"
+)
+
+// State is where an item is in its life.
+type State string
+
+// The states of an item. Pending items wait for their next attempt time;
+// running items are leased by a worker; succeeded, dead and canceled are
+// final until a redrive sends dead or canceled items through again.
+const (
+	StatePending   State = "pending"
+	StateRunning   State = "running"
+	StateSucceeded State = "succeeded"
+	StateDead      State = "dead"
+	StateCanceled  State = "canceled"
+)
+
+// Valid reports whether s is one of the defined states.
+func (s State) Valid() bool {
+	switch s {
+	case StatePending, StateRunning, StateSucceeded, StateDead, StateCanceled:
+		return true
+	}
+	return false
+}
+
+// RunStatus is the status of a run.
+type RunStatus string
+
+// The statuses of a run. A run is running until every item has finished;
+// it then ends completed, partial_success or failed according to its success
+// rate, or aborted when its failure budget was exceeded.
+const (
+	RunRunning        RunStatus = "running"
+	RunCompleted      RunStatus = "completed"
+	RunPartialSuccess RunStatus = "partial_success"
+	RunFailed         RunStatus = "failed"
+	RunAborted        RunStatus = "aborted"
+)
+
+// Outcome is what one attempt came to.
+type Outcome string
+
+// The outcomes of an attempt.
+const (
+	// OutcomeSucceeded: the stage returned its output.
+	OutcomeSucceeded Outcome = "succeeded"
+	// OutcomeRetry: the attempt failed and another one is scheduled.
+	OutcomeRetry Outcome = "retry"
+	// OutcomeRateLimited: the dependency asked to wait; the wait does not
+	// consume an attempt.
+	OutcomeRateLimited Outcome = "rate_limited"
+	// OutcomeDead: the attempt failed finally, or was the last one allowed.
+	OutcomeDead Outcome = "dead"
+	// OutcomeLost: the worker running the attempt vanished (its lease
+	// expired); the rescuer recorded it and scheduled a retry or dead-lettered.
+	OutcomeLost Outcome = "lost"
+)
+
+// Class names used in reasons beside the retry package's classes
+// ("final", "retryable", "rate_limited").
+const (
+	// ClassCanceled marks items canceled by an abort or an operator.
+	ClassCanceled = "canceled"
+	// ClassInvalidInput marks items whose input could not be read at all.
+	ClassInvalidInput = "invalid_input"
+	// ClassLost marks attempts whose worker vanished.
+	ClassLost = "lost"
+)
+
+// Reason says why an item is dead or canceled.
+type Reason struct {
+	Stage    string    `json:"stage"`
+	Class    string    `json:"class"`
+	Error    string    `json:"error"`
+	Attempts int       `json:"attempts"`
+	At       time.Time `json:"at"`
+}
+
+// Item is one unit of work moving through the stages of a pipeline.
+type Item struct {
+	ID         int64  `json:"id"`
+	RunID      int64  `json:"run_id"`
+	Pipeline   string `json:"pipeline"`
+	Key        string `json:"key,omitempty"`
+	Stage      string `json:"stage"`
+	StageIndex int    `json:"stage_index"`
+	State      State  `json:"state"`
+	Priority   int    `json:"priority,omitempty"`
+	// Attempt counts the attempts made at the current stage.
+	Attempt int `json:"attempt"`
+	// RateLimitWaits counts the rate-limited waits at the current stage.
+	RateLimitWaits int `json:"rate_limit_waits,omitempty"`
+	// Payload is the input of the current stage: the original input for
+	// the first stage, the previous stage's output after that, and the last
+	// stage's output once the item succeeded.
+	Payload []byte `json:"payload,omitempty"`
+	// Input is the item's original input.
+	Input      []byte    `json:"input,omitempty"`
+	EnqueuedAt time.Time `json:"enqueued_at"`
+	// NextAt is when a pending item is due.
+	NextAt         time.Time `json:"next_at"`
+	LeaseOwner     string    `json:"lease_owner,omitempty"`
+	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
+	UpdatedAt      time.Time `json:"updated_at"`
+	// Reason is set for dead and canceled items.
+	Reason *Reason `json:"reason,omitempty"`
+}
+
+// Attempt is one execution of one stage for one item.
+type Attempt struct {
+	ID         int64     `json:"id"`
+	ItemID     int64     `json:"item_id"`
+	RunID      int64     `json:"run_id"`
+	Pipeline   string    `json:"pipeline"`
+	Stage      string    `json:"stage"`
+	StageIndex int       `json:"stage_index"`
+	Number     int       `json:"number"`
+	Outcome    Outcome   `json:"outcome"`
+	Class      string    `json:"class,omitempty"`
+	Error      string    `json:"error,omitempty"`
+	StartedAt  time.Time `json:"started_at"`
+	FinishedAt time.Time `json:"finished_at"`
+	// Delay is the wait chosen after this attempt before the next one.
+	Delay time.Duration `json:"delay"`
+}
+
+// Counts are the items of a run by state. Total always equals the sum of
+// the others.
+type Counts struct {
+	Total     int `json:"total"`
+	Pending   int `json:"pending"`
+	Running   int `json:"running"`
+	Succeeded int `json:"succeeded"`
+	Dead      int `json:"dead"`
+	Canceled  int `json:"canceled"`
+}
+
+// Finished is the number of items that reached a final state.
+func (c Counts) Finished() int { return c.Succeeded + c.Dead + c.Canceled }
+
+// Add adds n items in state s.
+func (c *Counts) Add(s State, n int) {
+	switch s {
+	case StatePending:
+		c.Pending += n
+	case StateRunning:
+		c.Running += n
+	case StateSucceeded:
+		c.Succeeded += n
+	case StateDead:
+		c.Dead += n
+	case StateCanceled:
+		c.Canceled += n
+	}
+	c.Total += n
+}
+
+// RunOptions configure a run. Zero values take the stated defaults.
+type RunOptions struct {
+	// Name names the run. Starting a run whose pipeline and name exist
+	// resumes that run: items whose keys it already holds are not added
+	// again. Default: none, every start makes a new run.
+	Name string `json:"name,omitempty"`
+	// SuccessThreshold is the success rate at or above which a finished
+	// run is completed. Default 0.95.
+	SuccessThreshold float64 `json:"success_threshold,omitempty"`
+	// PartialThreshold is the success rate at or above which a finished
+	// run is partial_success rather than failed. Default 0.50.
+	PartialThreshold float64 `json:"partial_threshold,omitempty"`
+	// FailureBudget is the dead rate above which the run aborts and its
+	// pending items are canceled. Default 0: no budget.
+	FailureBudget float64 `json:"failure_budget,omitempty"`
+	// MinItems is how many items must have finished before the failure
+	// budget is judged. Default: 50, or the run's total when smaller.
+	MinItems int `json:"min_items,omitempty"`
+}
+
+// Defaults of RunOptions.
+const (
+	DefaultSuccessThreshold = 0.95
+	DefaultPartialThreshold = 0.50
+	DefaultMinItems         = 50
+)
+
+// withDefaults returns o with zero fields set to their defaults.
+func (o RunOptions) withDefaults() RunOptions {
+	if o.SuccessThreshold == 0 {
+		o.SuccessThreshold = DefaultSuccessThreshold
+	}
+	if o.PartialThreshold == 0 {
+		o.PartialThreshold = DefaultPartialThreshold
+	}
+	if o.MinItems == 0 {
+		o.MinItems = DefaultMinItems
+	}
+	return o
+}
+
+// Validate reports options outside their ranges.
+func (o RunOptions) Validate() error {
+	for _, f := range []struct {
+		name string
+		v    float64
+	}{{"SuccessThreshold", o.SuccessThreshold}, {"PartialThreshold", o.PartialThreshold}, {"FailureBudget", o.FailureBudget}} {
+		if f.v < 0 || f.v > 1 {
+			return errors.New("redrive: RunOptions." + f.name + " must be between 0 and 1")
+		}
+	}
+	if o.SuccessThreshold != 0 && o.PartialThreshold > o.SuccessThreshold {
+		return errors.New("redrive: RunOptions.PartialThreshold must not exceed SuccessThreshold")
+	}
+	if o.MinItems < 0 {
+		return errors.New("redrive: RunOptions.MinItems must not be negative")
+	}
+	return nil
+}
+
+// Run is a batch of items submitted together.
+type Run struct {
+	ID         int64      `json:"id"`
+	Pipeline   string     `json:"pipeline"`
+	Name       string     `json:"name,omitempty"`
+	Status     RunStatus  `json:"status"`
+	Options    RunOptions `json:"options"`
+	CreatedAt  time.Time  `json:"created_at"`
+	FinishedAt time.Time  `json:"finished_at,omitzero"`
+	// Reason says why an aborted run was aborted.
+	Reason string `json:"reason,omitempty"`
+	Counts Counts `json:"counts"`
+}
+
+// SuccessRate is succeeded over total, or 0 for an empty run.
+func (r Run) SuccessRate() float64 {
+	if r.Counts.Total == 0 {
+		return 0
+	}
+	return float64(r.Counts.Succeeded) / float64(r.Counts.Total)
+}
+
+// NewItem is an item to enqueue.
+type NewItem struct {
+	// Key is an idempotency key, unique within a pipeline: enqueueing an
+	// item whose key exists returns the existing item. Default: none.
+	Key string
+	// Payload is the input of the first stage.
+	Payload []byte
+	// Priority orders due items: higher first. Default 0.
+	Priority int
+	// Invalid, when set, records the item as dead at once with class
+	// invalid_input and this message: input that could not be read is
+	// accounted for rather than dropped.
+	Invalid string
+}
