@@ -1,0 +1,192 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"runtime/pprof"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/spf13/cobra"
+
+	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/postgres"
+)
+
+// benchResult is what `redrive bench` measured.
+type benchResult struct {
+	Store              string  `json:"store"`
+	Items              int     `json:"items"`
+	Stages             int     `json:"stages"`
+	Workers            int     `json:"workers"`
+	Batch              int     `json:"batch"`
+	GOMAXPROCS         int     `json:"gomaxprocs"`
+	InsertSeconds      float64 `json:"insert_seconds"`
+	InsertPerSecond    float64 `json:"inserted_per_second"`
+	WorkSeconds        float64 `json:"work_seconds"`
+	ItemsPerSecond     float64 `json:"items_per_second"`
+	StageCompletionsPS float64 `json:"stage_completions_per_second"`
+	Succeeded          int     `json:"succeeded"`
+}
+
+func newBenchCmd() *cobra.Command {
+	var (
+		items, stages, workers, batch int
+		asJSON                        bool
+		cpuProfile                    string
+	)
+	cmd := &cobra.Command{
+		Use:   "bench",
+		Short: "Measure insert and work throughput of a no-op pipeline",
+		Long: `bench enqueues --items items into a pipeline of --stages no-op stages, then
+works them with --workers workers, and prints items inserted per second, items
+worked per second and stage completions per second.
+
+Without --db it uses a fresh SQLite file in a temporary directory. With a
+postgres:// URL it uses a fresh schema (redrive_bench_<time>) that it drops
+afterwards, unless --pg-schema is given.`,
+		Args: noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			if items < 1 || stages < 1 || workers < 1 || batch < 0 {
+				return flagErrorf("items", "--items, --stages and --workers must be at least 1")
+			}
+			ctx := cmd.Context()
+			c := dbConfigFrom(ctx)
+			url := c.URL
+			if !cmd.Flags().Changed("db") && os.Getenv(envDatabaseURL) == "" {
+				dir, err := os.MkdirTemp("", "redrive-bench-")
+				if err != nil {
+					return err
+				}
+				defer os.RemoveAll(dir)
+				url = "sqlite:" + filepath.Join(dir, "bench.db")
+			}
+			t, err := parseDBURL(url)
+			if err != nil {
+				return err
+			}
+			schema := c.Schema
+			dropSchema := false
+			if t.kind == kindPostgres && !cmd.Flags().Changed("pg-schema") {
+				schema = "redrive_bench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
+				dropSchema = true
+			}
+			store, closeStore, err := openStoreWith(ctx, url, openOptions{Schema: schema, Migrate: true})
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			if pg, ok := store.(*postgres.Store); ok && dropSchema {
+				defer func() {
+					_, _ = pg.Pool().Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
+				}()
+			}
+			if cpuProfile != "" {
+				f, err := os.Create(cpuProfile)
+				if err != nil {
+					return err
+				}
+				defer f.Close()
+				if err := pprof.StartCPUProfile(f); err != nil {
+					return err
+				}
+				defer pprof.StopCPUProfile()
+			}
+			res, err := runBench(ctx, store, items, stages, workers, batch)
+			if err != nil {
+				return err
+			}
+			res.Store = redactURL(url)
+			if asJSON {
+				return writeJSON(cmd.OutOrStdout(), res)
+			}
+			w := cmd.OutOrStdout()
+			fmt.Fprintf(w, "store              %s\n", res.Store)
+			fmt.Fprintf(w, "items × stages     %d × %d, %d workers, claim batch %d, GOMAXPROCS %d\n", res.Items, res.Stages, res.Workers, res.Batch, res.GOMAXPROCS)
+			fmt.Fprintf(w, "insert             %.2fs  %.0f items/s\n", res.InsertSeconds, res.InsertPerSecond)
+			fmt.Fprintf(w, "work               %.2fs  %.0f items/s  %.0f stage completions/s\n", res.WorkSeconds, res.ItemsPerSecond, res.StageCompletionsPS)
+			return nil
+		},
+	}
+	cmd.Flags().IntVar(&items, "items", 100000, "items to enqueue")
+	cmd.Flags().IntVar(&stages, "stages", 1, "no-op stages in the pipeline")
+	cmd.Flags().IntVar(&workers, "workers", 64, "concurrent workers")
+	cmd.Flags().IntVar(&batch, "batch", 0, "claim batch size (0: the engine's default for --workers)")
+	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	return cmd
+}
+
+// runBench enqueues and works a no-op pipeline on store.
+func runBench(ctx context.Context, store redrive.Store, items, stages, workers, batch int) (benchResult, error) {
+	res := benchResult{Items: items, Stages: stages, Workers: workers, GOMAXPROCS: runtime.GOMAXPROCS(0)}
+	total := int64(items * stages)
+	var done atomic.Int64
+	finished := make(chan time.Time, 1)
+	observe := func(ev redrive.Event) {
+		if a, ok := ev.(redrive.AttemptFinished); ok && a.Outcome == redrive.OutcomeSucceeded {
+			if done.Add(1) == total {
+				finished <- time.Now()
+			}
+		}
+	}
+	cfg := redrive.Config{Workers: workers, ClaimBatch: batch, Observers: []func(redrive.Event){observe}}
+	client := redrive.NewClient(store, cfg)
+	noop := func(_ context.Context, it *redrive.Item) ([]byte, error) { return it.Payload, nil }
+	p := redrive.Pipeline{Name: "bench"}
+	for i := range stages {
+		p.Stages = append(p.Stages, redrive.Stage{Name: "stage" + strconv.Itoa(i+1), Handle: noop})
+	}
+	if err := client.Register(p); err != nil {
+		return res, err
+	}
+	in := make([]redrive.NewItem, items)
+	for i := range in {
+		in[i] = redrive.NewItem{Payload: []byte(`{}`)}
+	}
+	t0 := time.Now()
+	run, err := client.StartRun(ctx, "bench", in, redrive.RunOptions{})
+	if err != nil {
+		return res, err
+	}
+	res.InsertSeconds = time.Since(t0).Seconds()
+	res.InsertPerSecond = float64(items) / res.InsertSeconds
+
+	t1 := time.Now()
+	if err := client.Start(ctx); err != nil {
+		return res, err
+	}
+	var end time.Time
+	select {
+	case end = <-finished:
+	case <-ctx.Done():
+		_ = client.Stop(context.Background())
+		return res, ctx.Err()
+	}
+	res.WorkSeconds = end.Sub(t1).Seconds()
+	res.ItemsPerSecond = float64(items) / res.WorkSeconds
+	res.StageCompletionsPS = float64(total) / res.WorkSeconds
+	wctx, cancel := context.WithTimeout(ctx, time.Minute)
+	defer cancel()
+	r, err := client.WaitRun(wctx, run.ID)
+	if stopErr := client.Stop(context.Background()); err == nil {
+		err = stopErr
+	}
+	if err != nil {
+		return res, err
+	}
+	if r.Counts.Succeeded != items {
+		return res, fmt.Errorf("bench: %d of %d items succeeded: %+v", r.Counts.Succeeded, items, r.Counts)
+	}
+	res.Succeeded = r.Counts.Succeeded
+	res.Batch = batch
+	if res.Batch == 0 {
+		res.Batch = min(max(workers, 32), 512)
+	}
+	return res, nil
+}

@@ -1,0 +1,199 @@
+package redrive_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/sqlite"
+)
+
+// crashChildEnv, when set to a database path, makes the test binary a
+// worker process for TestCrashRecovery instead of running tests.
+const crashChildEnv = "REDRIVE_CRASH_CHILD_DB"
+
+func TestMain(m *testing.M) {
+	if db := os.Getenv(crashChildEnv); db != "" {
+		os.Exit(crashChild(db, os.Getenv("REDRIVE_CRASH_LEDGER")))
+	}
+	os.Exit(m.Run())
+}
+
+// crashPipeline has two stages; each success appends "item stage" to the
+// ledger before the engine records it, so a crash between the two shows
+// as a repeated ledger line.
+func crashPipeline(ledger *os.File) redrive.Pipeline {
+	var mu sync.Mutex
+	stage := func(name string) redrive.Handler {
+		return func(_ context.Context, it *redrive.Item) ([]byte, error) {
+			time.Sleep(3 * time.Millisecond) // some work, so that kills land mid-run
+			mu.Lock()
+			defer mu.Unlock()
+			if _, err := fmt.Fprintf(ledger, "%d %s\n", it.ID, name); err != nil {
+				return nil, err
+			}
+			return append(it.Payload, name...), nil
+		}
+	}
+	return redrive.Pipeline{Name: "crash", Stages: []redrive.Stage{
+		{Name: "one", Handle: stage("one"), Policy: fast(10)},
+		{Name: "two", Handle: stage("two"), Policy: fast(10)},
+	}}
+}
+
+func crashChild(db, ledgerPath string) int {
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, db)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ledger, err := os.OpenFile(ledgerPath, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	c := redrive.NewClient(s, redrive.Config{Workers: 16, LeaseDuration: 500 * time.Millisecond,
+		RescueInterval: 100 * time.Millisecond, PollInterval: 10 * time.Millisecond, RunCheckInterval: 50 * time.Millisecond})
+	if err := c.Register(crashPipeline(ledger)); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if err := c.Start(ctx); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	select {} // until killed
+}
+
+// TestCrashRecovery kills a worker process with SIGKILL at random points
+// and restarts it; the run completes, every item is accounted for, and no
+// stage success is recorded twice.
+func TestCrashRecovery(t *testing.T) {
+	if testing.Short() {
+		t.Skip("crash test in -short mode")
+	}
+	dir := t.TempDir()
+	db, ledgerPath := filepath.Join(dir, "crash.db"), filepath.Join(dir, "ledger")
+	const n = 3000
+	ctx := context.Background()
+	s, err := sqlite.Open(ctx, db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	setup := redrive.NewClient(s, redrive.Config{})
+	if err := setup.Register(crashPipeline(nil)); err != nil {
+		t.Fatal(err)
+	}
+	run, err := setup.StartRun(ctx, "crash", items(n), redrive.RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := func() *exec.Cmd {
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), crashChildEnv+"="+db, "REDRIVE_CRASH_LEDGER="+ledgerPath)
+		cmd.Stderr = os.Stderr
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		return cmd
+	}
+	rng := rand.New(rand.NewPCG(2026, 11))
+	kills := 0
+	for range 6 {
+		cmd := start()
+		time.Sleep(time.Duration(150+rng.IntN(500)) * time.Millisecond)
+		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+			t.Fatal(err)
+		}
+		_ = cmd.Wait()
+		kills++
+		r, _ := s.GetRun(ctx, run.ID)
+		t.Logf("killed worker %d: %+v", kills, r.Counts)
+	}
+	cmd := start()
+	defer func() { _ = cmd.Process.Kill(); _ = cmd.Wait() }()
+	wctx, cancel := context.WithTimeout(ctx, 90*time.Second)
+	defer cancel()
+	r, err := setup.WaitRun(wctx, run.ID)
+	if err != nil {
+		t.Fatalf("run did not finish after the crashes: %v %+v", err, r.Counts)
+	}
+	checkCounts(t, r.Counts)
+	if r.Status != redrive.RunCompleted || r.Counts.Succeeded != n || r.Counts.Total != n {
+		t.Fatalf("run %s %+v, want all %d succeeded", r.Status, r.Counts, n)
+	}
+
+	// The ledger: every stage of every item ran, and a stage ran twice
+	// only where the store recorded a lost attempt at that stage (the
+	// worker died after the handler and before the result was written).
+	f, err := os.Open(ledgerPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	ran := map[string]int{}
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		ran[sc.Text()]++
+	}
+	repeated, lost := 0, 0
+	its, err := s.ListItems(ctx, redrive.ItemFilter{RunID: run.ID, Limit: n})
+	if err != nil || len(its) != n {
+		t.Fatalf("list: %d %v", len(its), err)
+	}
+	for _, it := range its {
+		atts, err := s.Attempts(ctx, it.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		succ := map[string]int{}
+		lostAt := map[string]int{}
+		for _, a := range atts {
+			switch a.Outcome {
+			case redrive.OutcomeSucceeded:
+				succ[a.Stage]++
+			case redrive.OutcomeLost:
+				lostAt[a.Stage]++
+				lost++
+			}
+		}
+		for _, st := range []string{"one", "two"} {
+			if succ[st] != 1 {
+				t.Fatalf("item %d stage %s: %d successes recorded, want exactly 1 (%+v)", it.ID, st, succ[st], atts)
+			}
+			k := strconv.FormatInt(it.ID, 10) + " " + st
+			if ran[k] < 1 {
+				t.Fatalf("item %d stage %s succeeded in the store but its handler never ran", it.ID, st)
+			}
+			if extra := ran[k] - 1; extra > lostAt[st] {
+				t.Fatalf("item %d stage %s ran %d times with only %d lost attempts", it.ID, st, ran[k], lostAt[st])
+			} else {
+				repeated += extra
+			}
+		}
+		if !strings.HasSuffix(string(it.Payload), "onetwo") {
+			t.Fatalf("item %d payload %q", it.ID, it.Payload)
+		}
+	}
+	t.Logf("%d kills: %d lost attempts rescued, %d stage executions repeated after a crash", kills, lost, repeated)
+	if lost == 0 {
+		t.Fatal("no attempt was lost: the kills did not hit running work, so the test proved nothing")
+	}
+}
