@@ -134,7 +134,10 @@ func TestOutcomesFinalExhaustedAndReasons(t *testing.T) {
 	if n := rec.count(func(e redrive.Event) bool { _, ok := e.(redrive.RetryScheduled); return ok }); n != 2 {
 		t.Fatalf("%d RetryScheduled events, want 2", n)
 	}
-	if n := rec.count(func(e redrive.Event) bool { f, ok := e.(redrive.RunFinished); return ok && f.Run.Status == redrive.RunFailed }); n != 1 {
+	if n := rec.count(func(e redrive.Event) bool {
+		f, ok := e.(redrive.RunFinished)
+		return ok && f.Run.Status == redrive.RunFailed
+	}); n != 1 {
 		t.Fatalf("%d RunFinished(failed) events, want 1", n)
 	}
 }
@@ -338,7 +341,10 @@ func TestBreakerStopsClaimingWhileOpen(t *testing.T) {
 	if r.Counts.Succeeded != 50 {
 		t.Fatalf("after recovery: %+v", r.Counts)
 	}
-	if n := rec.count(func(e redrive.Event) bool { b, ok := e.(redrive.BreakerChanged); return ok && b.To == retry.BreakerOpen }); n < 1 {
+	if n := rec.count(func(e redrive.Event) bool {
+		b, ok := e.(redrive.BreakerChanged)
+		return ok && b.To == retry.BreakerOpen
+	}); n < 1 {
 		t.Fatal("no BreakerChanged(open) event")
 	}
 }
