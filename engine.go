@@ -50,6 +50,7 @@ type task struct {
 	stage    int // index in pipeline.Stages, -1 when unknown
 	comp     Completion
 	release  bool // return the lease without an attempt
+	probe    bool // a half-open breaker's probe: its failure is the dependency's
 	events   []Event
 }
 
@@ -361,6 +362,7 @@ func (e *engine) attempt(t *task) {
 			t.release = true
 			return
 		}
+		t.probe = st.Breaker.State() == retry.BreakerHalfOpen
 	}
 	ctx := e.workCtx
 	var cancel context.CancelFunc
@@ -464,6 +466,12 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 			rec.Number = number // recorded, but the counter does not move
 			rec.Delay = p.RateLimitDelay(o.RetryAfter, max(it.Attempt, 1))
 			c.RateLimitWaits = it.RateLimitWaits + 1
+		case t.probe && o.Class != retry.ClassFinal:
+			// The probe of a half-open breaker failed: the dependency is
+			// still down, which is no fault of this item, so the attempt
+			// is recorded without consuming the item's allowance.
+			rec.Outcome = OutcomeRetry
+			rec.Delay = p.Delay(max(it.Attempt, 1))
 		case number < p.Attempts():
 			rec.Outcome = OutcomeRetry
 			rec.Delay = p.Delay(number)

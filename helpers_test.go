@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/pgtest"
 	"github.com/redrive/redrive/retry"
 	"github.com/redrive/redrive/sqlite"
 )
@@ -16,6 +17,13 @@ import (
 // fast is a policy for tests: real backoff, tiny delays.
 func fast(attempts int) retry.Policy {
 	return retry.Policy{MaxAttempts: attempts, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, JitterMode: retry.JitterNone}
+}
+
+// eachStore runs test on a fresh SQLite store and a fresh PostgreSQL
+// store (a schema of its own on the test server).
+func eachStore(t *testing.T, test func(t *testing.T, s redrive.Store)) {
+	t.Run("sqlite", func(t *testing.T) { test(t, openStore(t)) })
+	t.Run("postgres", func(t *testing.T) { test(t, pgtest.OpenStore(t)) })
 }
 
 func openStore(t *testing.T) *sqlite.Store {
