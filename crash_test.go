@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/postgres"
 	"github.com/redrive/redrive/sqlite"
 )
 
@@ -52,9 +53,18 @@ func crashPipeline(ledger *os.File) redrive.Pipeline {
 	}}
 }
 
+// openSpec opens "postgres:SCHEMA:URL" or a SQLite path.
+func openSpec(ctx context.Context, spec string) (redrive.Store, error) {
+	if rest, ok := strings.CutPrefix(spec, "postgres:"); ok {
+		schema, url, _ := strings.Cut(rest, ":")
+		return postgres.Open(ctx, url, postgres.Options{Schema: schema})
+	}
+	return sqlite.Open(ctx, spec)
+}
+
 func crashChild(db, ledgerPath string) int {
 	ctx := context.Background()
-	s, err := sqlite.Open(ctx, db)
+	s, err := openSpec(ctx, db)
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
@@ -140,9 +150,21 @@ func TestCrashRecovery(t *testing.T) {
 		t.Fatalf("run %s %+v, want all %d succeeded", r.Status, r.Counts, n)
 	}
 
-	// The ledger: every stage of every item ran, and a stage ran twice
-	// only where the store recorded a lost attempt at that stage (the
-	// worker died after the handler and before the result was written).
+	lost, repeated := verifyLedger(t, s, run.ID, n, ledgerPath)
+	t.Logf("%d kills: %d lost attempts rescued, %d stage executions repeated after a crash", kills, lost, repeated)
+	if lost == 0 {
+		t.Fatal("no attempt was lost: the kills did not hit running work, so the test proved nothing")
+	}
+}
+
+// verifyLedger checks the run's items against the handlers' ledger: every
+// stage of every item succeeded exactly once in the store, its handler ran,
+// and it ran more than once only where the store recorded a lost attempt
+// at that stage (the worker died after the handler, before the result was
+// written). It returns the lost attempts and the repeated executions.
+func verifyLedger(t *testing.T, s redrive.Store, runID int64, n int, ledgerPath string) (lost, repeated int) {
+	t.Helper()
+	ctx := context.Background()
 	f, err := os.Open(ledgerPath)
 	if err != nil {
 		t.Fatal(err)
@@ -153,8 +175,7 @@ func TestCrashRecovery(t *testing.T) {
 	for sc.Scan() {
 		ran[sc.Text()]++
 	}
-	repeated, lost := 0, 0
-	its, err := s.ListItems(ctx, redrive.ItemFilter{RunID: run.ID, Limit: n})
+	its, err := s.ListItems(ctx, redrive.ItemFilter{RunID: runID, Limit: n})
 	if err != nil || len(its) != n {
 		t.Fatalf("list: %d %v", len(its), err)
 	}
@@ -192,8 +213,5 @@ func TestCrashRecovery(t *testing.T) {
 			t.Fatalf("item %d payload %q", it.ID, it.Payload)
 		}
 	}
-	t.Logf("%d kills: %d lost attempts rescued, %d stage executions repeated after a crash", kills, lost, repeated)
-	if lost == 0 {
-		t.Fatal("no attempt was lost: the kills did not hit running work, so the test proved nothing")
-	}
+	return lost, repeated
 }
