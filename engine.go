@@ -24,6 +24,7 @@ type engine struct {
 	claimCtx    context.Context // ends when Stop begins: no more claims
 	stopClaim   context.CancelFunc
 	workCtx     context.Context // ends at Stop's deadline: handlers are interrupted
+	layerCtx    context.Context // workCtx marked as an outer retry layer
 	stopWork    context.CancelFunc
 	bgCtx       context.Context // ends when everything is flushed
 	stopBG      context.CancelFunc
@@ -82,6 +83,7 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	e.claimCtx, e.stopClaim = context.WithCancel(context.WithoutCancel(ctx))
 	e.workCtx, e.stopWork = context.WithCancel(context.WithoutCancel(ctx))
+	e.layerCtx = retry.Layer(e.workCtx)
 	e.bgCtx, e.stopBG = context.WithCancel(context.WithoutCancel(ctx))
 	capacity := c.cfg.Workers + c.cfg.ClaimBatch
 	e.work = make(chan *task, capacity)
@@ -364,7 +366,9 @@ func (e *engine) attempt(t *task) {
 		}
 		t.probe = st.Breaker.State() == retry.BreakerHalfOpen
 	}
-	ctx := e.workCtx
+	// The engine is the outer retry layer: a retry.Do inside the handler
+	// makes one attempt per durable attempt instead of multiplying them.
+	ctx := e.layerCtx
 	var cancel context.CancelFunc
 	if st.Timeout > 0 {
 		ctx, cancel = context.WithTimeout(ctx, st.Timeout)

@@ -618,3 +618,28 @@ func TestFlakyStageMatchesProbability(t *testing.T) {
 		}
 	})
 }
+
+// A handler that retries in-process under the engine's durable retries:
+// the two layers of 3 attempts make 3 calls to a dependency that is down,
+// not 9.
+func TestNestedRetryInsideStageDoesNotMultiplyCalls(t *testing.T) {
+	s := openStore(t)
+	var calls atomic.Int64
+	inner := retry.Policy{MaxAttempts: 3, BaseDelay: time.Millisecond, JitterMode: retry.JitterNone}
+	p := redrive.Pipeline{Name: "nested", Stages: []redrive.Stage{{Name: "call", Policy: fast(3),
+		Handle: func(ctx context.Context, it *redrive.Item) ([]byte, error) {
+			return nil, retry.Do(ctx, inner, func(context.Context) error {
+				calls.Add(1)
+				return errors.New("503 service unavailable")
+			})
+		}}}}
+	c := startClient(t, s, testConfig(nil), p)
+	run, err := c.StartRun(context.Background(), "nested", items(1), redrive.RunOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := wait(t, c, run)
+	if r.Counts.Dead != 1 || calls.Load() != 3 {
+		t.Fatalf("%d calls, %+v; want 3 calls and the item dead", calls.Load(), r.Counts)
+	}
+}

@@ -1,0 +1,232 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"time"
+)
+
+// BreakerState is the state of a Breaker. The zero value is BreakerClosed.
+type BreakerState uint8
+
+const (
+	// BreakerClosed lets calls through and counts failures. The zero value.
+	BreakerClosed BreakerState = iota
+	// BreakerOpen refuses calls until OpenFor has passed.
+	BreakerOpen
+	// BreakerHalfOpen lets HalfOpenProbes calls through to test the dependency.
+	BreakerHalfOpen
+)
+
+var breakerStateNames = [...]string{"closed", "open", "half_open"}
+
+// String returns "closed", "open" or "half_open".
+func (s BreakerState) String() string {
+	if int(s) < len(breakerStateNames) {
+		return breakerStateNames[s]
+	}
+	return fmt.Sprintf("BreakerState(%d)", uint8(s))
+}
+
+// MarshalText implements encoding.TextMarshaler.
+func (s BreakerState) MarshalText() ([]byte, error) { return []byte(s.String()), nil }
+
+// BreakerOptions configures a Breaker. The zero value is usable.
+type BreakerOptions struct {
+	// ConsecutiveFailures trips the breaker after this many failures in a row; 0 means 5,
+	// a negative value disables this rule.
+	ConsecutiveFailures int
+	// FailureRate trips the breaker when failures/requests over Window reach it (with at
+	// least MinRequests requests); 0 disables this rule.
+	FailureRate float64
+	// Window is the sliding window of FailureRate; 0 means 10s.
+	Window time.Duration
+	// MinRequests is the fewest requests in Window for FailureRate to apply; 0 means 20.
+	MinRequests int
+	// OpenFor is how long the breaker stays open before letting probes through; 0 means 30s.
+	OpenFor time.Duration
+	// HalfOpenProbes is how many concurrent probe calls the half-open breaker lets through;
+	// that many successes close it, one failure reopens it. 0 means 1.
+	HalfOpenProbes int
+	// OnStateChange, if not nil, is called after every state change, outside the breaker's
+	// lock. Nil by default.
+	OnStateChange func(from, to BreakerState)
+	// Now returns the current time; nil means time.Now. Tests inject a clock.
+	Now func() time.Time
+}
+
+// Breaker is a circuit breaker: closed, it lets calls through and counts dependency
+// failures; after ConsecutiveFailures in a row, or a FailureRate over Window, it opens and
+// refuses calls (ErrCircuitOpen) for OpenFor; then it becomes half-open and lets
+// HalfOpenProbes calls through: their success closes it, a failure reopens it.
+// Share one Breaker between all callers of one dependency (Policy.Breaker); Do then
+// returns at once, without calling its operation, an *Error wrapping ErrCircuitOpen.
+// A Breaker is safe for concurrent use.
+type Breaker struct {
+	o BreakerOptions
+
+	mu          sync.Mutex
+	state       BreakerState
+	consecutive int
+	openedAt    time.Time
+	inFlight    int // half-open probes allowed and not yet recorded
+	successes   int // half-open probe successes
+	w           window
+}
+
+// NewBreaker returns a closed Breaker with o's defaults applied.
+func NewBreaker(o BreakerOptions) *Breaker {
+	if o.ConsecutiveFailures == 0 {
+		o.ConsecutiveFailures = 5
+	}
+	if o.Window <= 0 {
+		o.Window = 10 * time.Second
+	}
+	if o.MinRequests <= 0 {
+		o.MinRequests = 20
+	}
+	if o.OpenFor <= 0 {
+		o.OpenFor = 30 * time.Second
+	}
+	if o.HalfOpenProbes <= 0 {
+		o.HalfOpenProbes = 1
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	return &Breaker{o: o, w: newWindow(o.Window)}
+}
+
+type transition struct{ from, to BreakerState }
+
+// setLocked changes the state; the caller reports the returned transition after unlocking.
+func (b *Breaker) setLocked(to BreakerState, now time.Time) transition {
+	t := transition{b.state, to}
+	b.state = to
+	b.consecutive, b.inFlight, b.successes = 0, 0, 0
+	switch to {
+	case BreakerOpen:
+		b.openedAt = now
+	case BreakerClosed:
+		b.w.reset()
+	}
+	return t
+}
+
+func (b *Breaker) report(ts ...transition) {
+	if b.o.OnStateChange == nil {
+		return
+	}
+	for _, t := range ts {
+		if t.from != t.to {
+			b.o.OnStateChange(t.from, t.to)
+		}
+	}
+}
+
+// dueLocked performs the open→half-open transition when OpenFor has passed.
+func (b *Breaker) dueLocked(now time.Time) transition {
+	if b.state == BreakerOpen && now.Sub(b.openedAt) >= b.o.OpenFor {
+		return b.setLocked(BreakerHalfOpen, now)
+	}
+	return transition{b.state, b.state}
+}
+
+// Allow reports whether a call may proceed: nil, or ErrCircuitOpen when the breaker is
+// open or half-open with all its probes in flight. Every allowed call must be followed by
+// Record. Allow moves an open breaker to half-open once OpenFor has passed.
+func (b *Breaker) Allow() error {
+	b.mu.Lock()
+	t := b.dueLocked(b.o.Now())
+	var err error
+	switch b.state {
+	case BreakerOpen:
+		err = ErrCircuitOpen
+	case BreakerHalfOpen:
+		if b.inFlight >= b.o.HalfOpenProbes {
+			err = ErrCircuitOpen
+		} else {
+			b.inFlight++
+		}
+	}
+	b.mu.Unlock()
+	b.report(t)
+	return err
+}
+
+// Record reports the result of an allowed call: nil is a success. Final-class errors
+// (Classify; bad input) mean the dependency answered, so they count as successes;
+// context.Canceled says nothing about the dependency and is not counted.
+func (b *Breaker) Record(err error) {
+	switch {
+	case err == nil:
+		b.record(recSuccess)
+	case errors.Is(err, context.Canceled):
+		b.record(recIgnore)
+	case Classify(err).Class == ClassFinal:
+		b.record(recSuccess)
+	default:
+		b.record(recFailure)
+	}
+}
+
+type recKind uint8
+
+const (
+	recSuccess recKind = iota
+	recFailure
+	recIgnore
+)
+
+func (b *Breaker) record(k recKind) {
+	b.mu.Lock()
+	now := b.o.Now()
+	t1 := b.dueLocked(now)
+	t2 := transition{b.state, b.state}
+	switch b.state {
+	case BreakerClosed:
+		switch k {
+		case recSuccess:
+			b.consecutive = 0
+			b.w.add(now, 1, 0)
+		case recFailure:
+			b.consecutive++
+			b.w.add(now, 1, 1)
+			if b.o.ConsecutiveFailures > 0 && b.consecutive >= b.o.ConsecutiveFailures {
+				t2 = b.setLocked(BreakerOpen, now)
+			} else if b.o.FailureRate > 0 {
+				req, fail := b.w.sums(now)
+				if req >= float64(b.o.MinRequests) && fail/req >= b.o.FailureRate {
+					t2 = b.setLocked(BreakerOpen, now)
+				}
+			}
+		}
+	case BreakerHalfOpen:
+		if b.inFlight > 0 {
+			b.inFlight--
+		}
+		switch k {
+		case recSuccess:
+			b.successes++
+			if b.successes >= b.o.HalfOpenProbes {
+				t2 = b.setLocked(BreakerClosed, now)
+			}
+		case recFailure:
+			t2 = b.setLocked(BreakerOpen, now)
+		}
+	}
+	b.mu.Unlock()
+	b.report(t1, t2)
+}
+
+// State returns the current state, performing the open→half-open transition when due.
+func (b *Breaker) State() BreakerState {
+	b.mu.Lock()
+	t := b.dueLocked(b.o.Now())
+	s := b.state
+	b.mu.Unlock()
+	b.report(t)
+	return s
+}

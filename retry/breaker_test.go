@@ -1,0 +1,171 @@
+package retry
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"testing"
+	"time"
+)
+
+type clock struct{ t time.Time }
+
+func (c *clock) now() time.Time          { return c.t }
+func (c *clock) add(d time.Duration)     { c.t = c.t.Add(d) }
+func newClock() *clock                   { return &clock{t: time.Unix(1_700_000_000, 0)} }
+func trans(from, to BreakerState) string { return fmt.Sprintf("%v->%v", from, to) }
+
+func TestBreakerConsecutive(t *testing.T) {
+	c := newClock()
+	var changes []string
+	b := NewBreaker(BreakerOptions{ConsecutiveFailures: 3, OpenFor: 10 * time.Second, HalfOpenProbes: 2,
+		Now: c.now, OnStateChange: func(f, to BreakerState) { changes = append(changes, trans(f, to)) }})
+	fail := func() {
+		t.Helper()
+		if err := b.Allow(); err != nil {
+			t.Fatalf("Allow: %v", err)
+		}
+		b.Record(errBoom)
+	}
+	fail()
+	fail()
+	if err := b.Allow(); err != nil {
+		t.Fatal(err)
+	}
+	b.Record(nil) // success resets the count
+	fail()
+	fail()
+	if b.State() != BreakerClosed {
+		t.Fatal("opened too early")
+	}
+	fail()
+	if b.State() != BreakerOpen {
+		t.Fatalf("state %v, want open", b.State())
+	}
+	if err := b.Allow(); !errors.Is(err, ErrCircuitOpen) {
+		t.Fatalf("Allow while open = %v", err)
+	}
+	c.add(9 * time.Second)
+	if b.State() != BreakerOpen {
+		t.Fatal("half-open too early")
+	}
+	c.add(time.Second)
+	if b.State() != BreakerHalfOpen {
+		t.Fatalf("state %v, want half_open", b.State())
+	}
+	// Two probes allowed, a third refused.
+	if b.Allow() != nil || b.Allow() != nil {
+		t.Fatal("probes refused")
+	}
+	if err := b.Allow(); !errors.Is(err, ErrCircuitOpen) {
+		t.Fatal("third probe allowed")
+	}
+	b.Record(nil)
+	if b.State() != BreakerHalfOpen {
+		t.Fatal("closed after one of two probes")
+	}
+	b.Record(nil)
+	if b.State() != BreakerClosed {
+		t.Fatalf("state %v, want closed", b.State())
+	}
+	// Half-open failure reopens.
+	fail()
+	fail()
+	fail()
+	c.add(10 * time.Second)
+	if b.Allow() != nil {
+		t.Fatal("probe refused")
+	}
+	b.Record(errBoom)
+	if b.State() != BreakerOpen {
+		t.Fatal("probe failure did not reopen")
+	}
+	want := []string{"closed->open", "open->half_open", "half_open->closed", "closed->open", "open->half_open", "half_open->open"}
+	if fmt.Sprint(changes) != fmt.Sprint(want) {
+		t.Errorf("changes %v, want %v", changes, want)
+	}
+}
+
+func TestBreakerFailureRate(t *testing.T) {
+	c := newClock()
+	b := NewBreaker(BreakerOptions{ConsecutiveFailures: -1, FailureRate: 0.5, MinRequests: 10, Window: 10 * time.Second, Now: c.now})
+	// 9 failures of 9: below MinRequests.
+	for range 9 {
+		b.Record(errBoom)
+	}
+	if b.State() != BreakerClosed {
+		t.Fatal("opened below MinRequests")
+	}
+	// The window slides: old failures are forgotten.
+	c.add(11 * time.Second)
+	for range 6 {
+		b.Record(nil)
+	}
+	for range 4 {
+		b.Record(errBoom)
+	}
+	if b.State() != BreakerClosed {
+		t.Fatal("4/10 opened it")
+	}
+	b.Record(errBoom) // 5/11
+	b.Record(errBoom) // 6/12 = 0.5
+	if b.State() != BreakerOpen {
+		t.Fatalf("state %v, want open at 50%%", b.State())
+	}
+}
+
+func TestBreakerIgnoresFinalAndCanceled(t *testing.T) {
+	b := NewBreaker(BreakerOptions{ConsecutiveFailures: 2})
+	for range 5 {
+		b.Record(Final(errBoom))
+		b.Record(context.Canceled)
+	}
+	if b.State() != BreakerClosed {
+		t.Fatal("final/canceled errors counted as failures")
+	}
+	b.Record(context.DeadlineExceeded)
+	b.Record(errBoom)
+	if b.State() != BreakerOpen {
+		t.Fatal("timeouts must count")
+	}
+	if BreakerHalfOpen.String() != "half_open" || BreakerOpen.String() != "open" || BreakerClosed.String() != "closed" {
+		t.Error("String")
+	}
+}
+
+func TestBudgetStateMachine(t *testing.T) {
+	c := newClock()
+	b := NewBudget(BudgetOptions{Now: c.now}) // ratio 0.1, floor 1/s × 10s = 10
+	for i := range 10 {
+		if !b.TryRetry() {
+			t.Fatalf("retry %d refused within the floor", i)
+		}
+	}
+	if b.TryRetry() {
+		t.Fatal("retry beyond the floor granted without requests")
+	}
+	for range 100 {
+		b.OnRequest()
+	}
+	// 100 requests earn 10 more.
+	for i := range 10 {
+		if !b.TryRetry() {
+			t.Fatalf("earned retry %d refused", i)
+		}
+	}
+	if b.TryRetry() {
+		t.Fatal("budget over-granted")
+	}
+	req, ret := b.Stats()
+	if req != 100 || ret != 20 {
+		t.Errorf("stats %v %v", req, ret)
+	}
+	// After the window, everything is forgotten.
+	c.add(10 * time.Second)
+	if req, ret := b.Stats(); req != 0 || ret != 0 {
+		t.Errorf("stats after window %v %v", req, ret)
+	}
+	if !b.TryRetry() {
+		t.Error("floor not restored")
+	}
+}

@@ -1,0 +1,68 @@
+// Package retry retries operations that fail for transient reasons, calmly: with
+// backoff and jitter, error classification, Retry-After handling, retry budgets,
+// circuit breakers and nested layers that do not multiply calls. It uses only the
+// standard library.
+//
+// # Policies
+//
+// A Policy is a small value; its zero value is usable (3 attempts, exponential backoff
+// from 1s doubling up to 60s, ±20% jitter). Backoff is constant, linear or exponential
+// (BaseDelay × Multiplier^(attempt-1)), capped at MaxDelay; JitterMode is proportional
+// (±Jitter), none, full ([0, d]), equal ([d/2, d]) or decorrelated. Policy.Nominal,
+// Policy.Bounds and Policy.Delay describe the schedule; Delay is allocation-free.
+//
+// # Classification
+//
+// Every failure is classified into an Outcome: ClassRetryable (retry after backoff),
+// ClassFinal (give up at once) or ClassRateLimited (wait at least RetryAfter). Wrap
+// errors with Final, Retryable or RateLimited, or implement ClassedError; such explicit
+// classifications always win. Other errors go to Policy.Classifier (DefaultClassifier if
+// nil: explicit wrappers, context deadlines and network errors; unknown errors are
+// retryable). Build classifiers with Chain, Is, As and Func.
+//
+// # Do
+//
+// Do calls an operation until it succeeds, fails finally, or the policy gives up; it then
+// returns an *Error that wraps the last error (errors.Is/As see through it), says how
+// many attempts were made and why it stopped, and carries the last classification.
+//
+//   - Context: when the caller's ctx is done Do stops at once. An attempt failing with
+//     context.DeadlineExceeded from its own timeout while ctx is alive is retryable. Do
+//     gives up early, returning the last real error rather than a context error, when
+//     the next delay would pass ctx's deadline, or Policy.MaxElapsed.
+//   - Rate limits: a ClassRateLimited failure waits Policy.RateLimitDelay (at least the
+//     Retry-After, capped by MaxRateLimitWait, a little positive jitter) and does not
+//     consume an attempt, up to MaxRateLimitWaits such waits; after that rate-limited
+//     failures count as attempts.
+//   - Hooks: OnRetry is called before each sleep, OnGiveUp when Do returns an error.
+//
+// # Nested layers
+//
+// One retry layer owns a failure. Do marks the context it passes to its operation; a Do
+// that receives such a context (InNested) and whose policy is not Independent makes
+// exactly one attempt per outer attempt and returns the error with its classification
+// preserved (as a ClassedError), so the outer layer decides whether and when to retry.
+// A dependency that always fails, called under two nested layers of 3 attempts each,
+// therefore receives 3 calls, not 9. The inner layer's classifier, budget and breaker
+// still apply to its attempt. Set Policy.Independent for a layer that must retry on its
+// own (for example a fast, silent reconnect under a slow, user-visible retry).
+//
+// # Budgets and breakers
+//
+// A Budget (Policy.Budget), shared by all callers of a dependency, grants retries only
+// while retries stay under a ratio of recent requests (plus a small floor): when spent,
+// Do returns at once an error wrapping ErrBudgetExhausted and the last error, classified
+// retryable so that a durable queue schedules the item later. A Breaker (Policy.Breaker)
+// opens after consecutive failures or a failure rate, refuses calls for a while, then
+// probes; while it is open Do returns an error wrapping ErrCircuitOpen without calling
+// the operation. Final errors do not count as dependency failures.
+//
+// # Allocation
+//
+// On the success path Do makes no allocation when ctx is context.Background(),
+// context.TODO(), a context passed by an outer Do, or one made by Scope; otherwise it
+// allocates the one small context that carries the nesting marker.
+//
+// Package retryhttp classifies HTTP responses, parses Retry-After and provides a
+// retrying http.RoundTripper.
+package retry
