@@ -1,0 +1,343 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redrive/redrive"
+	"github.com/spf13/cobra"
+)
+
+// filterFlags are the item filters shared by `items list` and every `dlq`
+// command: --run, --pipeline, --stage, --class, --error-contains, --since,
+// --until, --limit and, where the command allows it, --state.
+type filterFlags struct {
+	run           int64
+	pipeline      string
+	stage         string
+	class         string
+	errorContains string
+	since, until  string
+	limit         int
+	states        []string
+	// allowed lists the states --state may name; nil means all.
+	allowed []redrive.State
+	// defaultStates applies when --state is not given.
+	defaultStates []redrive.State
+}
+
+// add registers the filter flags on cmd. limit is --limit's default and
+// limitHelp says what 0 means for this command.
+func (f *filterFlags) add(cmd *cobra.Command, limit int, limitHelp string, stateHelp string) {
+	fl := cmd.Flags()
+	fl.Int64Var(&f.run, "run", 0, "only items of this run ID")
+	fl.StringVar(&f.pipeline, "pipeline", "", "only items of this pipeline")
+	fl.StringVar(&f.stage, "stage", "", "only items at (or dead at) this stage")
+	fl.StringVar(&f.class, "class", "", "only items whose reason has this error class (final, retryable, rate_limited, lost, invalid_input, canceled)")
+	fl.StringVar(&f.errorContains, "error-contains", "", "only items whose reason's error contains this text")
+	fl.StringVar(&f.since, "since", "", "only items that reached their state at or after this time: RFC 3339 (2024-05-01T12:00:00Z) or a duration ago (24h, 90m, 7d)")
+	fl.StringVar(&f.until, "until", "", "only items that reached their state before this time: RFC 3339 or a duration ago")
+	fl.IntVar(&f.limit, "limit", limit, "at most this many items; "+limitHelp)
+	if stateHelp != "" {
+		fl.StringSliceVar(&f.states, "state", nil, stateHelp)
+	}
+}
+
+// filter turns the flags into an ItemFilter. Bad values are usage errors
+// that name the flag and say what would be right.
+func (f *filterFlags) filter(now time.Time) (redrive.ItemFilter, error) {
+	out := redrive.ItemFilter{
+		Pipeline:      f.pipeline,
+		Stage:         f.stage,
+		Class:         f.class,
+		ErrorContains: f.errorContains,
+		Limit:         f.limit,
+	}
+	if f.run < 0 {
+		return out, flagErrorf("run", "%d is not a run ID: give a positive ID (see `redrive runs list`)", f.run)
+	}
+	out.RunID = f.run
+	if f.limit < 0 {
+		return out, flagErrorf("limit", "%d is negative: give 0 or more", f.limit)
+	}
+	var err error
+	if out.Since, err = parseTimeFlag("since", f.since, now); err != nil {
+		return out, err
+	}
+	if out.Until, err = parseTimeFlag("until", f.until, now); err != nil {
+		return out, err
+	}
+	if !out.Since.IsZero() && !out.Until.IsZero() && out.Until.Before(out.Since) {
+		return out, flagErrorf("until", "%s is before --since %s: swap them or widen the window", fmtTime(out.Until), fmtTime(out.Since))
+	}
+	for _, raw := range f.states {
+		for _, s := range strings.Split(raw, ",") {
+			st := redrive.State(strings.TrimSpace(s))
+			if st == "" {
+				continue
+			}
+			if !st.Valid() || (f.allowed != nil && !containsState(f.allowed, st)) {
+				return out, flagErrorf("state", "unknown state %q: use one of %s", st, joinStates(f.allowedOrAll()))
+			}
+			if !containsState(out.States, st) {
+				out.States = append(out.States, st)
+			}
+		}
+	}
+	if len(out.States) == 0 {
+		out.States = append([]redrive.State(nil), f.defaultStates...)
+	}
+	if err := out.Validate(); err != nil {
+		return out, usageErrorf("bad filter: %w", err)
+	}
+	return out, nil
+}
+
+func (f *filterFlags) allowedOrAll() []redrive.State {
+	if f.allowed != nil {
+		return f.allowed
+	}
+	return allStates
+}
+
+var allStates = []redrive.State{redrive.StatePending, redrive.StateRunning, redrive.StateSucceeded, redrive.StateDead, redrive.StateCanceled}
+
+func containsState(ss []redrive.State, s redrive.State) bool {
+	for _, x := range ss {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
+
+func joinStates(ss []redrive.State) string {
+	parts := make([]string, len(ss))
+	for i, s := range ss {
+		parts[i] = string(s)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// parseTimeFlag parses --since or --until: empty is the zero time, else an
+// RFC 3339 time, a date (2006-01-02, UTC midnight), or a positive duration
+// ago (Go syntax such as 90m or 24h, or whole days such as 7d).
+func parseTimeFlag(name, s string, now time.Time) (time.Time, error) {
+	s = strings.TrimSpace(s)
+	if s == "" {
+		return time.Time{}, nil
+	}
+	if t, err := time.Parse(time.RFC3339Nano, s); err == nil {
+		return t, nil
+	}
+	if t, err := time.Parse("2006-01-02", s); err == nil {
+		return t, nil
+	}
+	var d time.Duration
+	var err error
+	if days, ok := strings.CutSuffix(s, "d"); ok {
+		var n int
+		n, err = strconv.Atoi(days)
+		d = time.Duration(n) * 24 * time.Hour
+	} else {
+		d, err = time.ParseDuration(s)
+	}
+	if err != nil || d <= 0 {
+		return time.Time{}, flagErrorf(name, "%q is neither an RFC 3339 time (e.g. 2024-05-01T12:00:00Z) nor a positive duration ago (e.g. 90m, 24h, 7d)", s)
+	}
+	return now.Add(-d), nil
+}
+
+// parseID parses a positive integer ID.
+func parseID(s string) (int64, error) {
+	id, err := strconv.ParseInt(s, 10, 64)
+	if err != nil || id <= 0 {
+		return 0, fmt.Errorf("%q is not a positive integer", s)
+	}
+	return id, nil
+}
+
+// listPage is how many items one store call fetches while paging.
+const listPage = 500
+
+// listItems lists the items selected by f, paging through the store; a zero
+// f.Limit means all of them.
+func listItems(ctx context.Context, s redrive.Store, f redrive.ItemFilter) ([]redrive.Item, error) {
+	want := f.Limit
+	var out []redrive.Item
+	for {
+		page := f
+		page.Limit = listPage
+		if want > 0 {
+			page.Limit = min(listPage, want-len(out))
+		}
+		items, err := s.ListItems(ctx, page)
+		if err != nil {
+			return nil, fmt.Errorf("list items: %w", err)
+		}
+		out = append(out, items...)
+		if len(items) < page.Limit || (want > 0 && len(out) >= want) || len(items) == 0 {
+			return out, nil
+		}
+		f.AfterID = items[len(items)-1].ID
+	}
+}
+
+// newItemsCmd returns `redrive items list|show`.
+func newItemsCmd() *cobra.Command {
+	cmd := newGroupCmd("items", "List items or show one with its attempt timeline")
+	cmd.AddCommand(newItemsListCmd(), newItemsShowCmd())
+	return cmd
+}
+
+func newItemsListCmd() *cobra.Command {
+	var ff filterFlags
+	cmd := &cobra.Command{
+		Use:   "list",
+		Short: "List items selected by filters, in ID order",
+		Example: `  redrive items list --run 7 --state dead,canceled
+  redrive items list --pipeline ocr --stage extract --since 24h --json`,
+		Args: noArgs,
+	}
+	ff.add(cmd, 100, "0 means no limit", "only items in these states (pending, running, succeeded, dead, canceled; comma-separated or repeated)")
+	asJSON := addJSONFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		f, err := ff.filter(time.Now())
+		if err != nil {
+			return err
+		}
+		s, closeFn, err := storeFor(cmd)
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		items, err := listItems(cmd.Context(), s, f)
+		if err != nil {
+			return err
+		}
+		if *asJSON {
+			if items == nil {
+				items = []redrive.Item{}
+			}
+			return writeJSON(cmd.OutOrStdout(), items)
+		}
+		return writeItemsTable(cmd.OutOrStdout(), items)
+	}
+	return cmd
+}
+
+// writeItemsTable prints items, one per row, with their reason if any.
+func writeItemsTable(w io.Writer, items []redrive.Item) error {
+	t := newTable(w, "ID", "RUN", "PIPELINE", "KEY", "STAGE", "STATE", "ATTEMPT", "UPDATED", "CLASS", "ERROR")
+	for _, it := range items {
+		class, msg := "", ""
+		if it.Reason != nil {
+			class, msg = it.Reason.Class, it.Reason.Error
+		}
+		t.row(it.ID, it.RunID, it.Pipeline, truncate(it.Key, 24), it.Stage, it.State, it.Attempt, fmtTime(it.UpdatedAt), class, truncate(msg, 60))
+	}
+	if err := t.flush(); err != nil {
+		return err
+	}
+	if len(items) == 0 {
+		fmt.Fprintln(w, "(no items match)")
+	}
+	return nil
+}
+
+func newItemsShowCmd() *cobra.Command {
+	cmd := &cobra.Command{
+		Use:   "show ID",
+		Short: "Show one item and its attempt timeline",
+		Long: `Show one item and its attempt timeline: for each attempt its stage, number,
+outcome, error class and message, start time, duration and the delay chosen
+after it before the next attempt.`,
+		Args: oneID("item"),
+	}
+	asJSON := addJSONFlag(cmd)
+	cmd.RunE = func(cmd *cobra.Command, args []string) error {
+		id, _ := parseID(args[0])
+		s, closeFn, err := storeFor(cmd)
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+		return showItem(cmd, s, id, *asJSON, nil)
+	}
+	return cmd
+}
+
+// itemDetail is the JSON form of `items show` and `dlq show`.
+type itemDetail struct {
+	Item     redrive.Item      `json:"item"`
+	Attempts []redrive.Attempt `json:"attempts"`
+}
+
+// showItem prints item id with its attempts. When states is not nil the
+// item must be in one of them, else it counts as not found.
+func showItem(cmd *cobra.Command, s redrive.Store, id int64, asJSON bool, states []redrive.State) error {
+	ctx := cmd.Context()
+	it, err := s.GetItem(ctx, id)
+	if err != nil {
+		return fmt.Errorf("item %d: %w", id, err)
+	}
+	if states != nil && !containsState(states, it.State) {
+		return exitWith(exitNotFound, fmt.Errorf("item %d is not in the dead-letter queue (its state is %s): see `redrive items show %d`", id, it.State, id))
+	}
+	atts, err := s.Attempts(ctx, id)
+	if err != nil {
+		return fmt.Errorf("attempts of item %d: %w", id, err)
+	}
+	if atts == nil {
+		atts = []redrive.Attempt{}
+	}
+	w := cmd.OutOrStdout()
+	if asJSON {
+		return writeJSON(w, itemDetail{Item: it, Attempts: atts})
+	}
+	pairs := []any{
+		"Item", it.ID,
+		"Run", it.RunID,
+		"Pipeline", it.Pipeline,
+		"Key", cell(it.Key),
+		"State", it.State,
+		"Stage", fmt.Sprintf("%s (#%d)", it.Stage, it.StageIndex),
+		"Attempt", it.Attempt,
+		"Enqueued", fmtTime(it.EnqueuedAt),
+		"Updated", fmtTime(it.UpdatedAt),
+	}
+	if it.State == redrive.StatePending {
+		pairs = append(pairs, "Next attempt", fmtTime(it.NextAt))
+	}
+	if it.State == redrive.StateRunning {
+		pairs = append(pairs, "Lease", fmt.Sprintf("%s until %s", cell(it.LeaseOwner), fmtTime(it.LeaseExpiresAt)))
+	}
+	if it.RateLimitWaits > 0 {
+		pairs = append(pairs, "Rate-limit waits", it.RateLimitWaits)
+	}
+	if r := it.Reason; r != nil {
+		pairs = append(pairs, "Reason", fmt.Sprintf("%s at stage %s after %d attempts, %s", r.Class, r.Stage, r.Attempts, fmtTime(r.At)),
+			"Error", cell(r.Error))
+	}
+	if err := kv(w, pairs...); err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\nAttempts (%d):\n", len(atts))
+	if len(atts) == 0 {
+		fmt.Fprintln(w, "(none yet)")
+		return nil
+	}
+	t := newTable(w, "#", "STAGE", "ATTEMPT", "OUTCOME", "CLASS", "STARTED", "DURATION", "DELAY AFTER", "ERROR")
+	for i, a := range atts {
+		dur := time.Duration(0)
+		if !a.FinishedAt.IsZero() && !a.StartedAt.IsZero() {
+			dur = a.FinishedAt.Sub(a.StartedAt)
+		}
+		t.row(i+1, a.Stage, a.Number, a.Outcome, a.Class, fmtTime(a.StartedAt), fmtDur(dur), fmtDur(a.Delay), a.Error)
+	}
+	return t.flush()
+}

@@ -1,0 +1,176 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/metrics"
+	"github.com/redrive/redrive/runner"
+	"github.com/redrive/redrive/web"
+	"github.com/spf13/cobra"
+)
+
+// envAPIToken names the environment variable that holds the API token when
+// --token is not given.
+const envAPIToken = "REDRIVE_API_TOKEN"
+
+// serveStopGrace is how long running attempts of --pipeline workers get to
+// finish once serve is interrupted; unfinished ones return to pending.
+const serveStopGrace = 30 * time.Second
+
+// newServeCmd returns `redrive serve`.
+func newServeCmd() *cobra.Command {
+	var (
+		addr      string
+		token     string
+		migrate   bool
+		pipelines []string
+		workers   int
+	)
+	cmd := &cobra.Command{
+		Use:   "serve",
+		Short: "Serve /metrics, /healthz, /readyz, the JSON API and the web UI",
+		Long: `Serve an HTTP server with Prometheus metrics at /metrics, liveness at /healthz,
+readiness (the database answers) at /readyz, the JSON API under /api/v1/ and
+the web UI at /, until interrupted (SIGINT or SIGTERM), then shut down
+gracefully and exit 0.
+
+The write endpoints of the API (cancel, redrive, purge) need
+"Authorization: Bearer TOKEN" with the token from --token or the
+REDRIVE_API_TOKEN environment variable; without a token they answer 403.
+Read endpoints are open: keep the default loopback address, or put the
+server behind an authenticating proxy, when the data is sensitive. The
+token is never logged.
+
+With --pipeline FILE.yaml (repeatable) serve also runs workers for those YAML
+pipelines (the format of ` + "`redrive run`" + `), so that items redriven from the
+API or the dlq commands are processed again; on interrupt they stop
+claiming, let running attempts finish for up to 30s and return the rest to
+pending. Pipelines written in Go run in the host program that registers
+them with a redrive.Client (see docs/cli.md for serving from such a program).`,
+		Example: `  redrive serve --db sqlite:redrive.db --addr 127.0.0.1:8080
+  redrive serve --db sqlite:redrive.db --pipeline ocr.yaml --workers 8
+  REDRIVE_API_TOKEN=s3cret redrive serve --db postgres://app@db/app --addr :8080`,
+		Args: noArgs,
+	}
+	cmd.Flags().StringVar(&addr, "addr", web.DefaultAddr, "address to listen on (host:port; port 0 picks a free port)")
+	cmd.Flags().StringVar(&token, "token", "", "bearer token for the API's write endpoints (env "+envAPIToken+"; prefer the environment, flags show in ps)")
+	cmd.Flags().BoolVar(&migrate, "migrate", false, "apply pending PostgreSQL migrations before serving (SQLite always migrates)")
+	cmd.Flags().StringArrayVar(&pipelines, "pipeline", nil, "also run workers for the YAML pipeline in this file (repeatable)")
+	cmd.Flags().IntVar(&workers, "workers", 0, "attempts running at once for --pipeline workers (default: the largest workers: of the files, else 16)")
+	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if workers < 0 {
+			return flagErrorf("workers", "%d is negative: give 1 or more, or 0 for the default", workers)
+		}
+		if addr == "" {
+			return flagErrorf("addr", "empty address: give host:port, e.g. 127.0.0.1:8080")
+		}
+		if _, _, err := net.SplitHostPort(addr); err != nil {
+			return flagErrorf("addr", "%q is not host:port (e.g. 127.0.0.1:8080 or :8080)", addr)
+		}
+		if !cmd.Flags().Changed("token") {
+			token = os.Getenv(envAPIToken)
+		}
+		ctx := cmd.Context()
+		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+
+		// Load the pipelines before touching the database, so that a bad
+		// file is a usage error that changes nothing.
+		var ps []redrive.Pipeline
+		fileWorkers := 0
+		for _, file := range pipelines {
+			spec, err := runner.LoadFile(file)
+			if err != nil {
+				return exitWith(exitUsage, fmt.Errorf("--pipeline %s: %w", file, err))
+			}
+			p, err := spec.Pipeline()
+			if err != nil {
+				return exitWith(exitUsage, fmt.Errorf("--pipeline %s: %w", file, err))
+			}
+			ps = append(ps, p)
+			fileWorkers = max(fileWorkers, spec.Workers)
+		}
+		if workers == 0 {
+			workers = fileWorkers
+		}
+
+		c := dbConfigFrom(ctx)
+		s, closeFn, err := openStoreWith(ctx, c.URL, openOptions{Schema: c.Schema, Migrate: migrate})
+		if err != nil {
+			return err
+		}
+		defer closeFn()
+
+		m := metrics.New(s, metrics.Options{})
+		reg := prometheus.NewRegistry()
+		if err := m.Register(reg); err != nil {
+			return fmt.Errorf("serve: register metrics: %w", err)
+		}
+		if err := reg.Register(collectors.NewGoCollector()); err != nil {
+			return fmt.Errorf("serve: register metrics: %w", err)
+		}
+		if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
+			return fmt.Errorf("serve: register metrics: %w", err)
+		}
+		h := web.NewHandler(s, web.Options{
+			Token:     token,
+			Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			Observers: []func(redrive.Event){m.Observe},
+			Logger:    logger,
+		})
+
+		var client *redrive.Client
+		if len(ps) > 0 {
+			client = redrive.NewClient(s, redrive.Config{Workers: workers, Logger: logger, Observers: []func(redrive.Event){m.Observe}})
+			names := make([]string, len(ps))
+			for i, p := range ps {
+				if err := client.Register(p); err != nil {
+					return exitWith(exitUsage, fmt.Errorf("--pipeline: %w", err))
+				}
+				names[i] = p.Name
+			}
+			// The client stops below, gracefully, after the server.
+			if err := client.Start(context.WithoutCancel(ctx)); err != nil {
+				return fmt.Errorf("serve: start workers: %w", err)
+			}
+			defer stopClient(client, logger)
+			logger.Info("redrive serve running workers", "pipelines", names)
+		}
+
+		var lc net.ListenConfig
+		ln, err := lc.Listen(ctx, "tcp", addr)
+		if err != nil {
+			return fmt.Errorf("serve: listen on %s: %w", addr, err)
+		}
+		writeAPI := "enabled"
+		if token == "" {
+			writeAPI = "disabled (no --token or " + envAPIToken + ")"
+		}
+		logger.Info("redrive serve listening", "url", "http://"+ln.Addr().String(), "db", redactURL(c.URL), "write_api", writeAPI)
+		if err := web.ServeListener(ctx, ln, h); err != nil {
+			return fmt.Errorf("serve: %w", err)
+		}
+		logger.Info("redrive serve stopped")
+		return nil
+	}
+	return cmd
+}
+
+// stopClient stops the workers of serve, letting running attempts finish
+// for up to serveStopGrace.
+func stopClient(c *redrive.Client, logger *slog.Logger) {
+	ctx, cancel := context.WithTimeout(context.Background(), serveStopGrace)
+	defer cancel()
+	if err := c.Stop(ctx); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		logger.Error("redrive serve: stop workers", "err", err)
+	}
+}

@@ -1,0 +1,164 @@
+package postgres
+
+import (
+	"context"
+	"embed"
+	"fmt"
+	"io/fs"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+//go:embed migrations/*.sql
+var migrationFS embed.FS
+
+// Migration is one versioned schema migration.
+type Migration struct {
+	// Version orders migrations; it is the number the file name starts with.
+	Version int
+	// Name is the file name without its version and extension.
+	Name string
+	// Applied reports whether the migration has been applied to the schema.
+	Applied bool
+	// AppliedAt is when it was applied; zero when it was not.
+	AppliedAt time.Time
+}
+
+type migrationFile struct {
+	version int
+	name    string
+	sql     string
+}
+
+// migrationLockClass is the first key of the advisory lock that serializes
+// migrators; the second is hashtext(schema).
+const migrationLockClass = 0x72647276 // "rdrv"
+
+func loadMigrations() ([]migrationFile, error) {
+	entries, err := fs.ReadDir(migrationFS, "migrations")
+	if err != nil {
+		return nil, err
+	}
+	var out []migrationFile
+	for _, e := range entries {
+		base := strings.TrimSuffix(e.Name(), ".sql")
+		num, name, ok := strings.Cut(base, "_")
+		if !ok {
+			return nil, fmt.Errorf("migration %q: name must be NNNN_name.sql", e.Name())
+		}
+		v, err := strconv.Atoi(num)
+		if err != nil {
+			return nil, fmt.Errorf("migration %q: %w", e.Name(), err)
+		}
+		b, err := migrationFS.ReadFile("migrations/" + e.Name())
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, migrationFile{version: v, name: name, sql: string(b)})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
+	return out, nil
+}
+
+// Migrate applies the migrations that the schema lacks, creating the schema
+// when needed. It holds a transaction-scoped advisory lock, so concurrent
+// migrators (many processes starting at once) apply each migration once;
+// all pending migrations apply in one transaction. Migrating an up-to-date
+// schema does nothing.
+func (s *Store) Migrate(ctx context.Context) error {
+	ms, err := loadMigrations()
+	if err != nil {
+		return fmt.Errorf("postgres: migrate: %w", err)
+	}
+	tx, err := s.pool.Begin(ctx)
+	if err != nil {
+		return s.fail("migrate", err)
+	}
+	defer tx.Rollback(context.WithoutCancel(ctx))
+	if _, err := tx.Exec(ctx, `SELECT pg_advisory_xact_lock($1, hashtext($2))`, migrationLockClass, s.schema); err != nil {
+		return s.fail("migrate: lock", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE SCHEMA IF NOT EXISTS `+s.q); err != nil {
+		return s.fail("migrate: create schema", err)
+	}
+	if _, err := tx.Exec(ctx, `CREATE TABLE IF NOT EXISTS `+s.q+`.schema_migrations (
+		version integer PRIMARY KEY,
+		name text NOT NULL,
+		applied_at timestamptz NOT NULL DEFAULT now())`); err != nil {
+		return s.fail("migrate: create schema_migrations", err)
+	}
+	applied := map[int]bool{}
+	rows, err := tx.Query(ctx, `SELECT version FROM `+s.q+`.schema_migrations`)
+	if err != nil {
+		return s.fail("migrate: read versions", err)
+	}
+	vs, err := pgx.CollectRows(rows, pgx.RowTo[int32])
+	if err != nil {
+		return s.fail("migrate: read versions", err)
+	}
+	for _, v := range vs {
+		applied[int(v)] = true
+	}
+	for _, m := range ms {
+		if applied[m.version] {
+			continue
+		}
+		if _, err := tx.Exec(ctx, strings.ReplaceAll(m.sql, "{schema}", s.q)); err != nil {
+			return s.fail(fmt.Sprintf("migrate: %04d_%s", m.version, m.name), err)
+		}
+		if _, err := tx.Exec(ctx, `INSERT INTO `+s.q+`.schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
+			return s.fail("migrate: record version", err)
+		}
+	}
+	if err := tx.Commit(ctx); err != nil {
+		return s.fail("migrate: commit", err)
+	}
+	return nil
+}
+
+// MigrationStatus lists the embedded migrations in version order and
+// whether each has been applied to the store's schema.
+func (s *Store) MigrationStatus(ctx context.Context) ([]Migration, error) {
+	ms, err := loadMigrations()
+	if err != nil {
+		return nil, fmt.Errorf("postgres: migration status: %w", err)
+	}
+	out := make([]Migration, len(ms))
+	for i, m := range ms {
+		out[i] = Migration{Version: m.version, Name: m.name}
+	}
+	var exists bool
+	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.q+".schema_migrations").Scan(&exists); err != nil {
+		return nil, s.fail("migration status", err)
+	}
+	if !exists {
+		return out, nil
+	}
+	rows, err := s.pool.Query(ctx, `SELECT version, applied_at FROM `+s.q+`.schema_migrations`)
+	if err != nil {
+		return nil, s.fail("migration status", err)
+	}
+	defer rows.Close()
+	at := map[int]time.Time{}
+	for rows.Next() {
+		var v int32
+		var t time.Time
+		if err := rows.Scan(&v, &t); err != nil {
+			return nil, s.fail("migration status", err)
+		}
+		at[int(v)] = t.UTC()
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("migration status", err)
+	}
+	for i := range out {
+		if t, ok := at[out[i].Version]; ok {
+			out[i].Applied, out[i].AppliedAt = true, t
+		}
+	}
+	return out, nil
+}

@@ -1,0 +1,354 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/redrive/redrive"
+)
+
+// GetItem returns one item, or an error wrapping redrive.ErrNotFound.
+func (s *Store) GetItem(ctx context.Context, id int64) (redrive.Item, error) {
+	it, _, err := scanItem(s.pool.QueryRow(ctx, `SELECT `+itemCols+` FROM `+s.q+`.items WHERE id = $1`, id))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return it, fmt.Errorf("postgres: get item %d: %w", id, redrive.ErrNotFound)
+	}
+	if err != nil {
+		return it, s.fail("get item", err)
+	}
+	return it, nil
+}
+
+// ListItems lists the items selected by f in ID order. f.Limit 0 means 100.
+func (s *Store) ListItems(ctx context.Context, f redrive.ItemFilter) ([]redrive.Item, error) {
+	if err := f.Validate(); err != nil {
+		return nil, fmt.Errorf("postgres: list items: %w", err)
+	}
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	var a args
+	where := itemWhere(f, &a)
+	rows, err := s.pool.Query(ctx, `SELECT `+itemCols+` FROM `+s.q+`.items WHERE `+where+` ORDER BY id`+limitClause(&a, f.Limit), a...)
+	if err != nil {
+		return nil, s.fail("list items", err)
+	}
+	defer rows.Close()
+	var out []redrive.Item
+	for rows.Next() {
+		it, _, err := scanItem(rows)
+		if err != nil {
+			return nil, s.fail("list items", err)
+		}
+		out = append(out, it)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("list items", err)
+	}
+	return out, nil
+}
+
+// Attempts returns the attempts of an item in the order they were recorded.
+func (s *Store) Attempts(ctx context.Context, itemID int64) ([]redrive.Attempt, error) {
+	rows, err := s.pool.Query(ctx, `SELECT id, item_id, run_id, pipeline, stage, stage_index, number,
+		outcome, class, error, started_at, finished_at, delay_ns FROM `+s.q+`.attempts WHERE item_id = $1 ORDER BY id`, itemID)
+	if err != nil {
+		return nil, s.fail("attempts", err)
+	}
+	defer rows.Close()
+	var out []redrive.Attempt
+	for rows.Next() {
+		var (
+			a        redrive.Attempt
+			outcome  string
+			idx, num int32
+			delay    int64
+		)
+		if err := rows.Scan(&a.ID, &a.ItemID, &a.RunID, &a.Pipeline, &a.Stage, &idx, &num,
+			&outcome, &a.Class, &a.Error, &a.StartedAt, &a.FinishedAt, &delay); err != nil {
+			return nil, s.fail("attempts", err)
+		}
+		a.StageIndex, a.Number = int(idx), int(num)
+		a.Outcome = redrive.Outcome(outcome)
+		a.StartedAt, a.FinishedAt = a.StartedAt.UTC(), a.FinishedAt.UTC()
+		a.Delay = time.Duration(delay)
+		out = append(out, a)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("attempts", err)
+	}
+	return out, nil
+}
+
+// CancelPending cancels the pending items selected by f (f.States must be
+// empty or pending) with reason r and returns how many it canceled. An
+// empty r.Stage means each item's current stage; r.Attempts 0 means each
+// item's attempt counter. The items' UpdatedAt becomes r.At. Items claimed
+// meanwhile are not canceled.
+func (s *Store) CancelPending(ctx context.Context, f redrive.ItemFilter, r redrive.Reason) (int, error) {
+	f, err := withStates("cancel pending", f, redrive.StatePending, redrive.StatePending)
+	if err != nil {
+		return 0, err
+	}
+	var a args
+	at := a.add(r.At)
+	sql := `UPDATE ` + s.q + `.items SET state = 'canceled', updated_at = ` + at + `,
+		reason_stage = coalesce(nullif(` + a.add(r.Stage) + `, ''), stage),
+		reason_class = ` + a.add(r.Class) + `, reason_error = ` + a.add(r.Error) + `,
+		reason_attempts = coalesce(nullif(` + a.add(r.Attempts) + `::int, 0), attempt),
+		reason_at = ` + at + `
+	WHERE state = 'pending' AND `
+	if f.Limit > 0 {
+		sql += `id IN (SELECT id FROM ` + s.q + `.items WHERE ` + itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE SKIP LOCKED)`
+	} else {
+		sql += itemWhere(f, &a)
+	}
+	tag, err := s.pool.Exec(ctx, sql, a...)
+	if err != nil {
+		return 0, s.fail("cancel pending", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// StateCounts counts items by pipeline, stage and state, ordered by
+// pipeline, stage index, stage and state; runID 0 means all runs.
+func (s *Store) StateCounts(ctx context.Context, runID int64) ([]redrive.StateCount, error) {
+	var a args
+	where := "true"
+	if runID != 0 {
+		where = "run_id = " + a.add(runID)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT pipeline, stage, state, sum(n) FROM (
+		SELECT pipeline, stage, state, min(stage_index) AS si, count(*) AS n FROM `+s.q+`.items
+		WHERE `+where+` GROUP BY pipeline, stage, state) c
+		GROUP BY pipeline, stage, state ORDER BY pipeline, min(si), stage, state`, a...)
+	if err != nil {
+		return nil, s.fail("state counts", err)
+	}
+	defer rows.Close()
+	var out []redrive.StateCount
+	for rows.Next() {
+		var c redrive.StateCount
+		var st string
+		var n int64
+		if err := rows.Scan(&c.Pipeline, &c.Stage, &st, &n); err != nil {
+			return nil, s.fail("state counts", err)
+		}
+		c.State, c.Count = redrive.State(st), int(n)
+		out = append(out, c)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("state counts", err)
+	}
+	return out, nil
+}
+
+// RetryHistogram counts the finished (succeeded, dead or canceled) items of
+// a run, or of all runs when runID is 0, by their number of retries, in
+// ascending order of retries. An item's retries are its recorded attempts
+// that were not rate-limited waits, minus the number of distinct stage
+// indexes those attempts were made at, floored at 0.
+func (s *Store) RetryHistogram(ctx context.Context, runID int64) ([]redrive.HistogramBucket, error) {
+	var a args
+	where := "i.state IN ('succeeded', 'dead', 'canceled')"
+	if runID != 0 {
+		where += " AND i.run_id = " + a.add(runID)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT retries, count(*) FROM (
+		SELECT greatest(0, count(t.id) - count(DISTINCT t.stage_index)) AS retries
+		FROM `+s.q+`.items i LEFT JOIN `+s.q+`.attempts t ON t.item_id = i.id AND t.outcome <> 'rate_limited'
+		WHERE `+where+` GROUP BY i.id) h
+		GROUP BY retries ORDER BY retries`, a...)
+	if err != nil {
+		return nil, s.fail("retry histogram", err)
+	}
+	defer rows.Close()
+	var out []redrive.HistogramBucket
+	for rows.Next() {
+		var r, n int64
+		if err := rows.Scan(&r, &n); err != nil {
+			return nil, s.fail("retry histogram", err)
+		}
+		out = append(out, redrive.HistogramBucket{Retries: int(r), Items: int(n)})
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("retry histogram", err)
+	}
+	return out, nil
+}
+
+// TopErrors groups the failed attempts (every outcome but succeeded) by
+// pipeline, stage, class and error and returns the f.Limit (default 5) most
+// frequent per stage, ordered by pipeline, stage (in pipeline order), count
+// descending, then class and error.
+func (s *Store) TopErrors(ctx context.Context, f redrive.ErrorFilter) ([]redrive.ErrorCount, error) {
+	if f.Limit < 0 {
+		return nil, errors.New("postgres: top errors: negative limit")
+	}
+	limit := f.Limit
+	if limit == 0 {
+		limit = 5
+	}
+	var a args
+	where := "outcome <> 'succeeded'"
+	if f.RunID != 0 {
+		where += " AND run_id = " + a.add(f.RunID)
+	}
+	if f.Pipeline != "" {
+		where += " AND pipeline = " + a.add(f.Pipeline)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT pipeline, stage, class, error, n FROM (
+		SELECT pipeline, stage, class, error, n,
+			row_number() OVER (PARTITION BY pipeline, stage ORDER BY n DESC, class, error) AS rn,
+			min(si) OVER (PARTITION BY pipeline, stage) AS stage_order
+		FROM (SELECT pipeline, stage, class, error, count(*) AS n, min(stage_index) AS si
+			FROM `+s.q+`.attempts WHERE `+where+`
+			GROUP BY pipeline, stage, class, error) g) r
+		WHERE rn <= `+a.add(limit)+` ORDER BY pipeline, stage_order, stage, n DESC, class, error`, a...)
+	if err != nil {
+		return nil, s.fail("top errors", err)
+	}
+	defer rows.Close()
+	var out []redrive.ErrorCount
+	for rows.Next() {
+		var e redrive.ErrorCount
+		var n int64
+		if err := rows.Scan(&e.Pipeline, &e.Stage, &e.Class, &e.Error, &n); err != nil {
+			return nil, s.fail("top errors", err)
+		}
+		e.Count = int(n)
+		out = append(out, e)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, s.fail("top errors", err)
+	}
+	return out, nil
+}
+
+// OldestDue returns the smallest NextAt of the pending items due at now, or
+// the zero time when none is due.
+func (s *Store) OldestDue(ctx context.Context, now time.Time) (time.Time, error) {
+	var t *time.Time
+	err := s.pool.QueryRow(ctx, `SELECT min(next_at) FROM `+s.q+`.items WHERE state = 'pending' AND next_at <= $1`, now).Scan(&t)
+	if err != nil {
+		return time.Time{}, s.fail("oldest due", err)
+	}
+	if t == nil {
+		return time.Time{}, nil
+	}
+	return t.UTC(), nil
+}
+
+// Redrive sends the dead or canceled items selected by f (f.States empty
+// means dead) back to pending at the stage they stopped at, with attempt
+// and rate-limit counters at 0 and the reason cleared; their attempts are
+// kept. The i-th item in ID order is due at now + i*interval. The runs of
+// the redriven items reopen (status running, no finish time or reason) and
+// listeners are notified, in the same transaction.
+func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time, interval time.Duration) (int, error) {
+	if interval < 0 {
+		return 0, errors.New("postgres: redrive: negative interval")
+	}
+	f, err := withStates("redrive", f, redrive.StateDead, redrive.StateDead, redrive.StateCanceled)
+	if err != nil {
+		return 0, err
+	}
+	var a args
+	nowP, ivP, statesP := a.add(now), a.add(interval.Microseconds()), a.add(statesText(f.States))
+	sql := `WITH sel AS (
+		SELECT id FROM ` + s.q + `.items WHERE ` + itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE),
+	num AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS n FROM sel),
+	upd AS (
+		UPDATE ` + s.q + `.items i SET state = 'pending', attempt = 0, rate_limit_waits = 0,
+			next_at = ` + nowP + `::timestamptz + (num.n * ` + ivP + `::bigint) * interval '1 microsecond',
+			updated_at = ` + nowP + `, lease_owner = '', lease_expires_at = NULL,
+			reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
+		FROM num WHERE i.id = num.id AND i.state = ANY(` + statesP + `::text[])
+		RETURNING i.run_id),
+	reopen AS (
+		UPDATE ` + s.q + `.runs SET status = 'running', finished_at = NULL, reason = ''
+		WHERE id IN (SELECT run_id FROM upd))
+	SELECT count(*) FROM upd`
+	var n int64
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if err := tx.QueryRow(ctx, sql, a...).Scan(&n); err != nil {
+			return err
+		}
+		if n > 0 {
+			_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		return 0, s.fail("redrive", err)
+	}
+	return int(n), nil
+}
+
+// Purge deletes the dead items selected by f, and canceled ones when
+// f.States names that state, with their attempts. It returns how many items
+// it deleted.
+func (s *Store) Purge(ctx context.Context, f redrive.ItemFilter) (int, error) {
+	f, err := withStates("purge", f, redrive.StateDead, redrive.StateDead, redrive.StateCanceled)
+	if err != nil {
+		return 0, err
+	}
+	var a args
+	// The outer state condition is re-checked on rows redriven meanwhile.
+	n, err := s.deleteItems(ctx, `DELETE FROM `+s.q+`.items WHERE state = ANY(`+a.add(statesText(f.States))+`::text[]) AND id = ANY(ARRAY(
+		SELECT id FROM `+s.q+`.items WHERE `+itemWhere(f, &a)+` ORDER BY id`+limitClause(&a, f.Limit)+`))`, a)
+	if err != nil {
+		return 0, s.fail("purge", err)
+	}
+	return n, nil
+}
+
+// Count counts the items selected by f, at most f.Limit when it is set.
+func (s *Store) Count(ctx context.Context, f redrive.ItemFilter) (int, error) {
+	if err := f.Validate(); err != nil {
+		return 0, fmt.Errorf("postgres: count: %w", err)
+	}
+	var a args
+	where := itemWhere(f, &a)
+	sql := `SELECT count(*) FROM ` + s.q + `.items WHERE ` + where
+	if f.Limit > 0 {
+		sql = `SELECT count(*) FROM (SELECT id FROM ` + s.q + `.items WHERE ` + where + ` ORDER BY id` + limitClause(&a, f.Limit) + `) c`
+	}
+	var n int64
+	if err := s.pool.QueryRow(ctx, sql, a...).Scan(&n); err != nil {
+		return 0, s.fail("count", err)
+	}
+	return int(n), nil
+}
+
+// DeleteSucceeded deletes up to limit succeeded items (all of them when
+// limit is 0) last updated before t, oldest ID first, with their attempts,
+// and returns how many it deleted.
+func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit < 0 {
+		return 0, errors.New("postgres: delete succeeded: negative limit")
+	}
+	var a args
+	n, err := s.deleteItems(ctx, `DELETE FROM `+s.q+`.items WHERE state = 'succeeded' AND id = ANY(ARRAY(
+		SELECT id FROM `+s.q+`.items WHERE state = 'succeeded' AND updated_at < `+a.add(before)+`
+		ORDER BY id`+limitClause(&a, limit)+`))`, a)
+	if err != nil {
+		return 0, s.fail("delete succeeded", err)
+	}
+	return n, nil
+}
+
+// deleteItems runs del, a DELETE of items, and deletes the attempts of the
+// deleted items in the same statement.
+func (s *Store) deleteItems(ctx context.Context, del string, a args) (int, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `WITH d AS (`+del+` RETURNING id),
+	da AS (DELETE FROM `+s.q+`.attempts WHERE item_id IN (SELECT id FROM d))
+	SELECT count(*) FROM d`, a...).Scan(&n)
+	return int(n), err
+}

@@ -1,0 +1,411 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/redrive/redrive"
+)
+
+// Enqueue adds items to a run at its first stage in one transaction, and
+// notifies listeners when it added pending items.
+func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redrive.Enqueued, error) {
+	if len(req.Items) == 0 {
+		return []redrive.Enqueued{}, nil
+	}
+	var out []redrive.Enqueued
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		var err error
+		out, err = s.enqueue(ctx, tx, req)
+		return err
+	})
+	if err != nil {
+		return nil, s.fail("enqueue", err)
+	}
+	return out, nil
+}
+
+// EnqueueTx is Enqueue in the caller's transaction: the items exist if and
+// only if tx commits, and the notification fires on commit.
+func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, req redrive.EnqueueRequest) ([]redrive.Enqueued, error) {
+	if len(req.Items) == 0 {
+		return []redrive.Enqueued{}, nil
+	}
+	out, err := s.enqueue(ctx, tx, req)
+	if err != nil {
+		return nil, s.fail("enqueue", err)
+	}
+	return out, nil
+}
+
+func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueRequest) ([]redrive.Enqueued, error) {
+	if req.RunID == 0 || req.Pipeline == "" || req.Stage == "" {
+		return nil, errors.New("request needs RunID, Pipeline and Stage")
+	}
+	n := len(req.Items)
+	keys := make([]*string, n)
+	payloads := make([][]byte, n)
+	prios := make([]int32, n)
+	invalid := make([]string, n)
+	for i := range req.Items {
+		it := &req.Items[i]
+		if it.Key != "" {
+			keys[i] = &it.Key
+		}
+		payloads[i] = it.Payload
+		prios[i] = int32(it.Priority)
+		invalid[i] = it.Invalid
+	}
+	// IDs are drawn before the insert so that each input row knows its
+	// ID; rows that hit an existing key waste theirs.
+	rows, err := tx.Query(ctx, `WITH input AS MATERIALIZED (
+		SELECT nextval($9::regclass) AS id, u.k, u.p, u.pr, u.inv, u.ord
+		FROM unnest($1::text[], $2::bytea[], $3::int[], $4::text[]) WITH ORDINALITY AS u(k, p, pr, inv, ord)),
+	ins AS (
+		INSERT INTO `+s.q+`.items (id, run_id, pipeline, key, stage, stage_index, state, priority, payload, input,
+			enqueued_at, next_at, updated_at, reason_stage, reason_class, reason_error, reason_attempts, reason_at)
+		SELECT id, $5, $6, k, $7, 0, CASE WHEN inv <> '' THEN 'dead' ELSE 'pending' END, pr, p, p,
+			$8, $8, $8,
+			CASE WHEN inv <> '' THEN $7 END,
+			CASE WHEN inv <> '' THEN $10 END,
+			nullif(inv, ''),
+			CASE WHEN inv <> '' THEN 0 END,
+			CASE WHEN inv <> '' THEN $8::timestamptz END
+		FROM input ORDER BY ord
+		ON CONFLICT (pipeline, key) DO NOTHING
+		RETURNING id)
+	SELECT input.id, ins.id IS NOT NULL FROM input LEFT JOIN ins ON ins.id = input.id ORDER BY input.ord`,
+		keys, payloads, prios, invalid, req.RunID, req.Pipeline, req.Stage, req.Now,
+		s.q+".items_id_seq", redrive.ClassInvalidInput)
+	if err != nil {
+		return nil, err
+	}
+	out := make([]redrive.Enqueued, 0, n)
+	var missing []string
+	pending := false
+	for rows.Next() {
+		var id int64
+		var inserted bool
+		if err := rows.Scan(&id, &inserted); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		i := len(out)
+		if inserted {
+			out = append(out, redrive.Enqueued{ID: id})
+			pending = pending || req.Items[i].Invalid == ""
+		} else {
+			out = append(out, redrive.Enqueued{Existing: true})
+			missing = append(missing, req.Items[i].Key)
+		}
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	if len(out) != n {
+		return nil, fmt.Errorf("inserted %d rows of %d", len(out), n)
+	}
+	if len(missing) > 0 {
+		rows, err := tx.Query(ctx, `SELECT key, id FROM `+s.q+`.items WHERE pipeline = $1 AND key = ANY($2::text[])`,
+			req.Pipeline, missing)
+		if err != nil {
+			return nil, err
+		}
+		ids := make(map[string]int64, len(missing))
+		var k string
+		var id int64
+		if _, err := pgx.ForEachRow(rows, []any{&k, &id}, func() error { ids[k] = id; return nil }); err != nil {
+			return nil, err
+		}
+		for i := range out {
+			if out[i].Existing {
+				id, ok := ids[req.Items[i].Key]
+				if !ok {
+					return nil, fmt.Errorf("key %q conflicted but was not found", req.Items[i].Key)
+				}
+				out[i].ID = id
+			}
+		}
+	}
+	if pending {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// stageFilter appends the Only and Exclude conditions of req for the table
+// alias t.
+func stageFilter(req redrive.ClaimRequest, t string, a *args) string {
+	var sql string
+	if len(req.Only) > 0 {
+		ps, ss := splitStages(req.Only)
+		sql += ` AND (` + t + `.pipeline, ` + t + `.stage) IN (SELECT * FROM unnest(` + a.add(ps) + `::text[], ` + a.add(ss) + `::text[]))`
+	}
+	if len(req.Exclude) > 0 {
+		ps, ss := splitStages(req.Exclude)
+		sql += ` AND (` + t + `.pipeline, ` + t + `.stage) NOT IN (SELECT * FROM unnest(` + a.add(ps) + `::text[], ` + a.add(ss) + `::text[]))`
+	}
+	return sql
+}
+
+func splitStages(ks []redrive.StageKey) (ps, ss []string) {
+	ps, ss = make([]string, len(ks)), make([]string, len(ks))
+	for i, k := range ks {
+		ps[i], ss[i] = k.Pipeline, k.Stage
+	}
+	return ps, ss
+}
+
+// Claim leases up to req.Limit due pending items in claim order, skipping
+// rows other claimers hold locked.
+func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Lease, error) {
+	if req.Limit <= 0 || len(req.Pipelines) == 0 {
+		return nil, nil
+	}
+	var a args
+	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
+	sql := `UPDATE ` + s.q + `.items SET state = 'running', lease_token = lease_token + 1,
+		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `
+	WHERE id = ANY(ARRAY(SELECT c.id FROM ` + s.q + `.items c
+		WHERE c.state = 'pending' AND c.next_at <= ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
+		stageFilter(req, "c", &a) + `
+		ORDER BY c.priority DESC, c.enqueued_at, c.id
+		LIMIT ` + a.add(req.Limit) + ` FOR UPDATE SKIP LOCKED))
+	RETURNING ` + itemCols
+	leases, err := s.claim(ctx, sql, a)
+	if err != nil {
+		return nil, s.fail("claim", err)
+	}
+	slices.SortFunc(leases, func(x, y redrive.Lease) int {
+		if c := cmp.Compare(y.Item.Priority, x.Item.Priority); c != 0 {
+			return c
+		}
+		if c := x.Item.EnqueuedAt.Compare(y.Item.EnqueuedAt); c != 0 {
+			return c
+		}
+		return cmp.Compare(x.Item.ID, y.Item.ID)
+	})
+	return leases, nil
+}
+
+// ClaimExpired takes over up to req.Limit running items whose lease expired
+// before req.Now, oldest lease first, with a new token.
+func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Lease, error) {
+	if req.Limit <= 0 || len(req.Pipelines) == 0 {
+		return nil, nil
+	}
+	var a args
+	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
+	sql := `UPDATE ` + s.q + `.items SET lease_token = lease_token + 1,
+		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `
+	WHERE state = 'running' AND id = ANY(ARRAY(SELECT c.id FROM ` + s.q + `.items c
+		WHERE c.state = 'running' AND c.lease_expires_at < ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
+		stageFilter(req, "c", &a) + `
+		ORDER BY c.lease_expires_at, c.id
+		LIMIT ` + a.add(req.Limit) + ` FOR UPDATE SKIP LOCKED))
+	RETURNING ` + itemCols
+	leases, err := s.claim(ctx, sql, a)
+	if err != nil {
+		return nil, s.fail("claim expired", err)
+	}
+	slices.SortFunc(leases, func(x, y redrive.Lease) int { return cmp.Compare(x.Item.ID, y.Item.ID) })
+	return leases, nil
+}
+
+func (s *Store) claim(ctx context.Context, sql string, a args) ([]redrive.Lease, error) {
+	rows, err := s.pool.Query(ctx, sql, a...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []redrive.Lease
+	for rows.Next() {
+		it, token, err := scanItem(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, redrive.Lease{Item: it, Token: token})
+	}
+	return out, rows.Err()
+}
+
+func splitRefs(ls []redrive.LeaseRef) (ids, tokens []int64) {
+	ids, tokens = make([]int64, len(ls)), make([]int64, len(ls))
+	for i, l := range ls {
+		ids[i], tokens[i] = l.ItemID, l.Token
+	}
+	return ids, tokens
+}
+
+// Heartbeat extends the leases still held to until and returns the IDs of
+// the items whose lease was lost.
+func (s *Store) Heartbeat(ctx context.Context, leases []redrive.LeaseRef, until time.Time) ([]int64, error) {
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	ids, tokens := splitRefs(leases)
+	rows, err := s.pool.Query(ctx, `WITH u AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)),
+	upd AS (UPDATE `+s.q+`.items i SET lease_expires_at = $3
+		FROM u WHERE i.id = ANY($1::bigint[]) AND i.id = u.id AND i.lease_token = u.token AND i.state = 'running'
+		RETURNING i.id, i.lease_token)
+	SELECT u.id FROM u WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
+	ORDER BY u.id`, ids, tokens, until)
+	if err != nil {
+		return nil, s.fail("heartbeat", err)
+	}
+	lost, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, s.fail("heartbeat", err)
+	}
+	return lost, nil
+}
+
+// Release returns the leased items still held to pending, due at now,
+// without recording an attempt, and notifies listeners.
+func (s *Store) Release(ctx context.Context, leases []redrive.LeaseRef, now time.Time) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	ids, tokens := splitRefs(leases)
+	_, err := s.pool.Exec(ctx, `WITH upd AS (UPDATE `+s.q+`.items i SET state = 'pending', next_at = $3,
+			lease_owner = '', lease_expires_at = NULL, updated_at = $3
+		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
+		WHERE i.id = ANY($1::bigint[]) AND i.id = u.id AND i.lease_token = u.token AND i.state = 'running'
+		RETURNING i.id)
+	SELECT pg_notify($4, '') FROM (SELECT count(*) AS n FROM upd) c WHERE c.n > 0`, ids, tokens, now, s.channel)
+	if err != nil {
+		return s.fail("release", err)
+	}
+	return nil
+}
+
+// Complete applies completions with one statement: a completion applies
+// while its token is current and the item running, and an applied one
+// records its attempt.
+func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, error) {
+	applied := make([]bool, len(cs))
+	if len(cs) == 0 {
+		return applied, nil
+	}
+	for i, c := range cs {
+		switch c.State {
+		case redrive.StatePending, redrive.StateSucceeded, redrive.StateDead, redrive.StateCanceled:
+		default:
+			return nil, fmt.Errorf("postgres: complete: completion %d (item %d): invalid next state %q", i, c.ItemID, c.State)
+		}
+	}
+	// Completions apply as if one after another: of several for one item,
+	// only the first that carries the current token can apply, as it
+	// leaves the item not running. Send each (item, token) pair once; at
+	// most one pair per item matches the item's token.
+	type ref struct{ id, token int64 }
+	idx := make(map[ref]int, len(cs))
+	var (
+		ids, tokens, delays                       []int64
+		states, stages, rStages, rClasses, rErrs  []string
+		aStages, aOutcomes, aClasses, aErrs       []string
+		stageIdx, attempts, rlws, rAttempts, aIdx []int32
+		aNumbers                                  []int32
+		nextAts, nows, rAts, aStarted, aFinished  []time.Time
+		payloads                                  [][]byte
+		aItems, aRuns                             []int64
+		aPipelines                                []string
+		rHas                                      []bool
+	)
+	for i := range cs {
+		c := &cs[i]
+		if _, dup := idx[ref{c.ItemID, c.Token}]; dup {
+			continue
+		}
+		idx[ref{c.ItemID, c.Token}] = i
+		ids = append(ids, c.ItemID)
+		tokens = append(tokens, c.Token)
+		states = append(states, string(c.State))
+		stageIdx = append(stageIdx, int32(c.StageIndex))
+		stages = append(stages, c.Stage)
+		attempts = append(attempts, int32(c.Attempt))
+		rlws = append(rlws, int32(c.RateLimitWaits))
+		nextAts = append(nextAts, c.NextAt)
+		payloads = append(payloads, c.Payload)
+		nows = append(nows, c.Now)
+		// Dead and canceled items carry a reason, by default the
+		// recorded attempt's; other states carry none.
+		final := c.State == redrive.StateDead || c.State == redrive.StateCanceled
+		r := c.Reason
+		if !final || r == nil {
+			r = &redrive.Reason{Stage: c.Stage, Class: c.Record.Class, Error: c.Record.Error,
+				Attempts: c.Attempt, At: c.Now}
+		}
+		rHas = append(rHas, final)
+		rStages = append(rStages, r.Stage)
+		rClasses = append(rClasses, r.Class)
+		rErrs = append(rErrs, r.Error)
+		rAttempts = append(rAttempts, int32(r.Attempts))
+		rAts = append(rAts, r.At)
+		rec := &c.Record
+		aItems = append(aItems, rec.ItemID)
+		aRuns = append(aRuns, rec.RunID)
+		aPipelines = append(aPipelines, rec.Pipeline)
+		aStages = append(aStages, rec.Stage)
+		aIdx = append(aIdx, int32(rec.StageIndex))
+		aNumbers = append(aNumbers, int32(rec.Number))
+		aOutcomes = append(aOutcomes, string(rec.Outcome))
+		aClasses = append(aClasses, rec.Class)
+		aErrs = append(aErrs, rec.Error)
+		aStarted = append(aStarted, rec.StartedAt)
+		aFinished = append(aFinished, rec.FinishedAt)
+		delays = append(delays, int64(rec.Delay))
+	}
+	rows, err := s.pool.Query(ctx, `WITH u AS (
+		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::int[], $7::int[],
+			$8::timestamptz[], $9::bytea[], $10::timestamptz[], $11::bool[], $12::text[], $13::text[], $14::text[],
+			$15::int[], $16::timestamptz[], $17::text[], $18::int[], $19::int[], $20::text[], $21::text[], $22::text[],
+			$23::timestamptz[], $24::timestamptz[], $25::bigint[], $26::bigint[], $27::bigint[], $28::text[]) WITH ORDINALITY
+		AS u(id, token, state, stage_index, stage, attempt, rlw, next_at, payload, now, r_has, r_stage, r_class, r_error,
+			r_attempts, r_at, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error, a_started, a_finished, a_delay,
+			a_item, a_run, a_pipeline, ord)),
+	upd AS (
+		UPDATE `+s.q+`.items i SET state = u.state, stage_index = u.stage_index, stage = u.stage,
+			attempt = u.attempt, rate_limit_waits = u.rlw,
+			next_at = CASE WHEN u.state = 'pending' THEN u.next_at ELSE i.next_at END,
+			payload = coalesce(u.payload, i.payload), lease_owner = '', lease_expires_at = NULL, updated_at = u.now,
+			reason_stage = CASE WHEN u.r_has THEN u.r_stage END,
+			reason_class = CASE WHEN u.r_has THEN u.r_class END,
+			reason_error = CASE WHEN u.r_has THEN u.r_error END,
+			reason_attempts = CASE WHEN u.r_has THEN u.r_attempts END,
+			reason_at = CASE WHEN u.r_has THEN u.r_at END
+		FROM u WHERE i.id = ANY($1::bigint[]) AND i.id = u.id AND i.lease_token = u.token AND i.state = 'running'
+		RETURNING i.id, u.token, i.run_id, i.pipeline),
+	ins AS (
+		INSERT INTO `+s.q+`.attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class, error,
+			started_at, finished_at, delay_ns)
+		SELECT coalesce(nullif(u.a_item, 0), upd.id), coalesce(nullif(u.a_run, 0), upd.run_id),
+			coalesce(nullif(u.a_pipeline, ''), upd.pipeline), u.a_stage, u.a_stage_index, u.a_number, u.a_outcome, u.a_class,
+			u.a_error, u.a_started, u.a_finished, u.a_delay
+		FROM upd JOIN u ON u.id = upd.id AND u.token = upd.token ORDER BY u.ord)
+	SELECT id, token FROM upd`,
+		ids, tokens, states, stageIdx, stages, attempts, rlws, nextAts, payloads, nows, rHas, rStages, rClasses, rErrs,
+		rAttempts, rAts, aStages, aIdx, aNumbers, aOutcomes, aClasses, aErrs, aStarted, aFinished, delays, aItems, aRuns, aPipelines)
+	if err != nil {
+		return nil, s.fail("complete", err)
+	}
+	var r ref
+	_, err = pgx.ForEachRow(rows, []any{&r.id, &r.token}, func() error {
+		if i, ok := idx[r]; ok {
+			applied[i] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.fail("complete", err)
+	}
+	return applied, nil
+}

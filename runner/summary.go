@@ -1,0 +1,271 @@
+package runner
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+
+	"github.com/redrive/redrive"
+)
+
+// Exit statuses of `redrive run`.
+const (
+	// ExitCompleted: the run ended completed.
+	ExitCompleted = 0
+	// ExitError: anything else went wrong (database, I/O).
+	ExitError = 1
+	// ExitUsage: bad command line, pipeline file or missing input file.
+	ExitUsage = 2
+	// ExitPartial: the run ended partial_success.
+	ExitPartial = 3
+	// ExitFailed: the run ended failed.
+	ExitFailed = 4
+	// ExitAborted: the run was aborted (failure budget exceeded).
+	ExitAborted = 5
+	// ExitInterrupted: stopped by SIGINT or SIGTERM; the same command resumes.
+	ExitInterrupted = 130
+)
+
+// Seconds is a duration in seconds, marshalled as a JSON number.
+type Seconds float64
+
+// InputCounts describe the input file.
+type InputCounts struct {
+	// File is the input file.
+	File string `json:"file"`
+	// Items counts its non-blank lines.
+	Items int `json:"items"`
+	// Invalid counts the lines that were not JSON or repeated an id; they
+	// are dead with class invalid_input.
+	Invalid int `json:"invalid"`
+	// Added counts the items added to the run by this invocation.
+	Added int `json:"added"`
+	// Existing counts the items the run already held (a resumed run).
+	Existing int `json:"existing"`
+}
+
+// Budget reports a run's failure budget.
+type Budget struct {
+	// Configured is the dead rate allowed; 0 means no budget.
+	Configured float64 `json:"configured"`
+	// MinItems is how many items must finish before the budget is judged.
+	MinItems int `json:"min_items"`
+	// DeadRate is dead over finished (succeeded + dead), as the engine
+	// judges the budget.
+	DeadRate float64 `json:"dead_rate"`
+	// Exceeded reports whether the budget was exceeded (the run aborted).
+	Exceeded bool `json:"exceeded"`
+}
+
+// Summary is the final accounting of a run, printed by `redrive run`.
+type Summary struct {
+	RunID    int64  `json:"run_id"`
+	RunName  string `json:"run_name"`
+	Pipeline string `json:"pipeline"`
+	DB       string `json:"db"`
+	// Status is the run's status (running if interrupted).
+	Status redrive.RunStatus `json:"status"`
+	// Reason says why an aborted run aborted.
+	Reason string `json:"reason,omitempty"`
+	// Interrupted reports a graceful stop before the run ended.
+	Interrupted bool `json:"interrupted"`
+	// Resumed reports that the run existed and held some of the items.
+	Resumed bool        `json:"resumed"`
+	Input   InputCounts `json:"input"`
+	// Counts are the run's items by state; they add up to Counts.Total.
+	Counts           redrive.Counts `json:"counts"`
+	SuccessRate      float64        `json:"success_rate"`
+	SuccessThreshold float64        `json:"success_threshold"`
+	PartialThreshold float64        `json:"partial_threshold"`
+	FailureBudget    Budget         `json:"failure_budget"`
+	// DeadByClass counts the dead items by the class of their reason
+	// (final, retryable, rate_limited, invalid_input, lost).
+	DeadByClass map[string]int `json:"dead_by_class"`
+	// Retries and RateLimitWaits count the retries and rate-limited waits
+	// scheduled by this invocation.
+	Retries        int `json:"retries"`
+	RateLimitWaits int `json:"rate_limit_waits"`
+	// RetryHistogram counts the run's finished items by retries needed.
+	RetryHistogram []redrive.HistogramBucket `json:"retry_histogram"`
+	TopErrors      []redrive.ErrorCount      `json:"top_errors"`
+	// Output is the --output file, OutputItems the lines written to it.
+	Output      string `json:"output,omitempty"`
+	OutputItems int    `json:"output_items,omitempty"`
+	// Commands are the commands to list and redrive the dead items.
+	Commands map[string]string `json:"commands"`
+	Elapsed  Seconds           `json:"elapsed_seconds"`
+}
+
+// ExitCode maps the summary to the exit status of `redrive run`.
+func (s *Summary) ExitCode() int {
+	if s.Interrupted {
+		return ExitInterrupted
+	}
+	switch s.Status {
+	case redrive.RunCompleted:
+		return ExitCompleted
+	case redrive.RunPartialSuccess:
+		return ExitPartial
+	case redrive.RunFailed:
+		return ExitFailed
+	case redrive.RunAborted:
+		return ExitAborted
+	}
+	return ExitError
+}
+
+func (s *Summary) fill(ctx context.Context, store redrive.Store, r redrive.Run, p *progress) error {
+	c := r.Counts
+	if c.Total != c.Pending+c.Running+c.Succeeded+c.Dead+c.Canceled {
+		return fmt.Errorf("runner: run %d: counts do not add up: total %d != %d pending + %d running + %d succeeded + %d dead + %d canceled",
+			r.ID, c.Total, c.Pending, c.Running, c.Succeeded, c.Dead, c.Canceled)
+	}
+	s.Status, s.Reason, s.Counts = r.Status, r.Reason, c
+	s.SuccessRate = r.SuccessRate()
+	o := r.Options
+	s.SuccessThreshold, s.PartialThreshold = o.SuccessThreshold, o.PartialThreshold
+	if s.SuccessThreshold == 0 {
+		s.SuccessThreshold = redrive.DefaultSuccessThreshold
+	}
+	if s.PartialThreshold == 0 {
+		s.PartialThreshold = redrive.DefaultPartialThreshold
+	}
+	s.FailureBudget = Budget{Configured: o.FailureBudget, MinItems: o.MinItems}
+	if s.FailureBudget.MinItems == 0 {
+		s.FailureBudget.MinItems = redrive.DefaultMinItems
+	}
+	if done := c.Succeeded + c.Dead; done > 0 {
+		s.FailureBudget.DeadRate = float64(c.Dead) / float64(done)
+	}
+	s.FailureBudget.Exceeded = r.Status == redrive.RunAborted && strings.Contains(r.Reason, "budget")
+	if !s.FailureBudget.Exceeded {
+		_, s.FailureBudget.Exceeded = redrive.BudgetExceeded(c, o)
+	}
+	_, _, s.Retries, s.RateLimitWaits = p.counts()
+	var err error
+	if s.RetryHistogram, err = store.RetryHistogram(ctx, r.ID); err != nil {
+		return fmt.Errorf("runner: retry histogram: %w", err)
+	}
+	if s.TopErrors, err = store.TopErrors(ctx, redrive.ErrorFilter{RunID: r.ID, Limit: 5}); err != nil {
+		return fmt.Errorf("runner: top errors: %w", err)
+	}
+	sort.SliceStable(s.TopErrors, func(i, j int) bool { return s.TopErrors[i].Count > s.TopErrors[j].Count })
+	if len(s.TopErrors) > maxTopErrors {
+		s.TopErrors = s.TopErrors[:maxTopErrors]
+	}
+	s.DeadByClass = map[string]int{}
+	if c.Dead > 0 {
+		for _, class := range []string{"final", "retryable", "rate_limited", redrive.ClassInvalidInput, redrive.ClassLost} {
+			n, err := store.Count(ctx, redrive.ItemFilter{RunID: r.ID, States: []redrive.State{redrive.StateDead}, Class: class})
+			if err != nil {
+				return fmt.Errorf("runner: count dead items: %w", err)
+			}
+			if n > 0 {
+				s.DeadByClass[class] = n
+			}
+		}
+	}
+	db := shellQuote(s.DB)
+	id := strconv.FormatInt(r.ID, 10)
+	s.Commands = map[string]string{
+		"dlq_list":    "redrive dlq list --db " + db + " --run " + id,
+		"dlq_redrive": "redrive dlq redrive --db " + db + " --run " + id,
+	}
+	return nil
+}
+
+// shellQuote quotes s for a POSIX shell when it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=@%+,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+}
+
+// maxTopErrors bounds the summary's top errors.
+const maxTopErrors = 8
+
+func pct(f float64) string { return strconv.FormatFloat(100*f, 'f', 1, 64) + "%" }
+
+// WriteText writes the summary for people.
+func (s *Summary) WriteText(w io.Writer) error {
+	var b strings.Builder
+	c := s.Counts
+	status := string(s.Status)
+	if s.Interrupted {
+		status += " (interrupted: run the same command again to resume)"
+	}
+	fmt.Fprintf(&b, "run %d %q of pipeline %s: %s\n", s.RunID, s.RunName, s.Pipeline, status)
+	if s.Reason != "" {
+		fmt.Fprintf(&b, "  reason: %s\n", s.Reason)
+	}
+	in := s.Input
+	fmt.Fprintf(&b, "input:   %s: %d items (%d invalid), %d added, %d already in the run\n", in.File, in.Items, in.Invalid, in.Added, in.Existing)
+	fmt.Fprintf(&b, "items:   %d total = %d succeeded + %d dead + %d canceled", c.Total, c.Succeeded, c.Dead, c.Canceled)
+	if c.Pending+c.Running > 0 {
+		fmt.Fprintf(&b, " + %d pending + %d running", c.Pending, c.Running)
+	}
+	b.WriteString("\n")
+	if len(s.DeadByClass) > 0 {
+		classes := make([]string, 0, len(s.DeadByClass))
+		for k := range s.DeadByClass {
+			classes = append(classes, k)
+		}
+		sort.Slice(classes, func(i, j int) bool { return s.DeadByClass[classes[i]] > s.DeadByClass[classes[j]] })
+		b.WriteString("dead:   ")
+		for i, k := range classes {
+			if i > 0 {
+				b.WriteString(",")
+			}
+			fmt.Fprintf(&b, " %d %s", s.DeadByClass[k], k)
+		}
+		b.WriteString("\n")
+	}
+	fmt.Fprintf(&b, "success: %s (completed at >= %s, partial_success at >= %s)\n", pct(s.SuccessRate), pct(s.SuccessThreshold), pct(s.PartialThreshold))
+	fb := s.FailureBudget
+	if fb.Configured > 0 {
+		verdict := "not exceeded"
+		if fb.Exceeded {
+			verdict = "EXCEEDED"
+		}
+		fmt.Fprintf(&b, "failure budget: %s dead allowed (judged after %d items); dead rate %s; %s\n", pct(fb.Configured), fb.MinItems, pct(fb.DeadRate), verdict)
+	} else {
+		fmt.Fprintf(&b, "failure budget: none configured; dead rate %s\n", pct(fb.DeadRate))
+	}
+	fmt.Fprintf(&b, "retries: %d scheduled, %d rate-limited waits (this invocation)\n", s.Retries, s.RateLimitWaits)
+	if len(s.RetryHistogram) > 0 {
+		b.WriteString("retry histogram (retries: items):")
+		for _, h := range s.RetryHistogram {
+			fmt.Fprintf(&b, "  %d: %d", h.Retries, h.Items)
+		}
+		b.WriteString("\n")
+	}
+	if len(s.TopErrors) > 0 {
+		b.WriteString("top errors:\n")
+		tw := tabwriter.NewWriter(&b, 0, 4, 2, ' ', 0)
+		fmt.Fprintln(tw, "  COUNT\tSTAGE\tCLASS\tERROR")
+		for _, e := range s.TopErrors {
+			msg := strings.ReplaceAll(e.Error, "\n", " ")
+			if len(msg) > 100 {
+				msg = msg[:100] + "…"
+			}
+			fmt.Fprintf(tw, "  %d\t%s\t%s\t%s\n", e.Count, e.Stage, e.Class, msg)
+		}
+		tw.Flush()
+	}
+	if s.Output != "" {
+		fmt.Fprintf(&b, "output:  %d succeeded items written to %s\n", s.OutputItems, s.Output)
+	}
+	if c.Dead+c.Canceled > 0 {
+		b.WriteString("dead letters:\n")
+		fmt.Fprintf(&b, "  list:    %s\n", s.Commands["dlq_list"])
+		fmt.Fprintf(&b, "  redrive: %s\n", s.Commands["dlq_redrive"])
+	}
+	fmt.Fprintf(&b, "elapsed: %.1fs\n", float64(s.Elapsed))
+	_, err := io.WriteString(w, b.String())
+	return err
+}

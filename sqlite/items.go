@@ -1,0 +1,513 @@
+package sqlite
+
+import (
+	"context"
+	"database/sql"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/redrive/redrive"
+)
+
+const itemCols = `id, run_id, pipeline, key, stage, stage_index, state, priority, attempt, rate_limit_waits,
+	payload, input, enqueued_at, next_at, lease_token, lease_owner, lease_expires_at, updated_at,
+	reason_stage, reason_class, reason_error, reason_attempts, reason_at`
+
+// scanItem scans itemCols and returns the item and its lease token.
+func scanItem(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
+	var (
+		it                     redrive.Item
+		key, owner             sql.NullString
+		state                  string
+		enq, next, upd, token  int64
+		leaseExp, rAt          sql.NullInt64
+		rStage, rClass, rError sql.NullString
+		rAttempts              sql.NullInt64
+	)
+	err := sc.Scan(&it.ID, &it.RunID, &it.Pipeline, &key, &it.Stage, &it.StageIndex, &state, &it.Priority,
+		&it.Attempt, &it.RateLimitWaits, &it.Payload, &it.Input, &enq, &next, &token, &owner, &leaseExp, &upd,
+		&rStage, &rClass, &rError, &rAttempts, &rAt)
+	if err != nil {
+		return it, 0, err
+	}
+	it.Key = key.String
+	it.State = redrive.State(state)
+	it.EnqueuedAt = ntz(enq)
+	it.NextAt = ntz(next)
+	it.LeaseOwner = owner.String
+	it.LeaseExpiresAt = nt(leaseExp)
+	it.UpdatedAt = ntz(upd)
+	if rClass.Valid {
+		it.Reason = &redrive.Reason{Stage: rStage.String, Class: rClass.String, Error: rError.String,
+			Attempts: int(rAttempts.Int64), At: nt(rAt)}
+	}
+	return it, token, nil
+}
+
+func nullStr(s string) any {
+	if s == "" {
+		return nil
+	}
+	return s
+}
+
+func blob(b []byte) any {
+	if b == nil {
+		return nil
+	}
+	return b
+}
+
+// Enqueue adds items to a run in one transaction. An item whose key exists
+// in the pipeline is returned with the existing ID and Existing true.
+func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redrive.Enqueued, error) {
+	if req.Pipeline == "" || req.Stage == "" {
+		return nil, errors.New("sqlite: enqueue: pipeline and stage are required")
+	}
+	if len(req.Items) == 0 {
+		return nil, nil
+	}
+	out := make([]redrive.Enqueued, len(req.Items))
+	now := tnz(req.Now)
+	insStmt, err := s.stmts.get(ctx, `INSERT INTO items (run_id, pipeline, key, stage, stage_index, state,
+		priority, payload, input, enqueued_at, next_at, updated_at,
+		reason_stage, reason_class, reason_error, reason_attempts, reason_at)
+		VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		ON CONFLICT DO NOTHING`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: enqueue: %w", err)
+	}
+	findStmt, err := s.stmts.get(ctx, `SELECT id FROM items WHERE pipeline = ? AND key = ?`)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: enqueue: %w", err)
+	}
+	err = s.writeTx(ctx, "enqueue", func(tx *sql.Tx) error {
+		ins := tx.StmtContext(ctx, insStmt)
+		find := tx.StmtContext(ctx, findStmt)
+		for i, it := range req.Items {
+			state := redrive.StatePending
+			var rStage, rClass, rError, rAttempts, rAt any
+			if it.Invalid != "" {
+				state = redrive.StateDead
+				rStage, rClass, rError, rAttempts, rAt = req.Stage, redrive.ClassInvalidInput, it.Invalid, 0, now
+			}
+			res, err := ins.ExecContext(ctx, req.RunID, req.Pipeline, nullStr(it.Key), req.Stage, string(state),
+				it.Priority, blob(it.Payload), blob(it.Payload), now, now, now,
+				rStage, rClass, rError, rAttempts, rAt)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				// The key exists (an item without a key never conflicts).
+				var id int64
+				if err := find.QueryRowContext(ctx, req.Pipeline, it.Key).Scan(&id); err != nil {
+					return fmt.Errorf("existing key %q: %w", it.Key, err)
+				}
+				out[i] = redrive.Enqueued{ID: id, Existing: true}
+				continue
+			}
+			id, err := res.LastInsertId()
+			if err != nil {
+				return err
+			}
+			out[i] = redrive.Enqueued{ID: id}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// claimWhere adds the pipeline and stage conditions of a claim request.
+func claimWhere(req redrive.ClaimRequest, where []string, args []any) ([]string, []any) {
+	where = append(where, "pipeline IN ("+placeholders(len(req.Pipelines))+")")
+	for _, p := range req.Pipelines {
+		args = append(args, p)
+	}
+	if len(req.Only) > 0 {
+		var or []string
+		for _, k := range req.Only {
+			or = append(or, "(pipeline = ? AND stage = ?)")
+			args = append(args, k.Pipeline, k.Stage)
+		}
+		where = append(where, "("+strings.Join(or, " OR ")+")")
+	}
+	for _, k := range req.Exclude {
+		where = append(where, "NOT (pipeline = ? AND stage = ?)")
+		args = append(args, k.Pipeline, k.Stage)
+	}
+	return where, args
+}
+
+func placeholders(n int) string {
+	if n <= 0 {
+		return ""
+	}
+	return strings.Repeat("?, ", n-1) + "?"
+}
+
+// Claim leases up to req.Limit due pending items of req.Pipelines in claim
+// order: priority (higher first), then enqueue time, then ID. The leases are
+// returned in that order. Each claim increments the item's lease token.
+func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Lease, error) {
+	if req.Limit <= 0 || len(req.Pipelines) == 0 {
+		return nil, nil
+	}
+	where, args := claimWhere(req, []string{"state = 'pending'", "next_at <= ?"}, []any{tnz(req.Now)})
+	q := `UPDATE items SET state = 'running', lease_token = lease_token + 1, lease_owner = ?,
+		lease_expires_at = ?, updated_at = ?
+		WHERE id IN (SELECT id FROM items INDEXED BY items_claim WHERE ` + strings.Join(where, " AND ") + `
+			ORDER BY priority DESC, enqueued_at, id LIMIT ?)
+		RETURNING ` + itemCols
+	args = append([]any{req.Owner, tnz(req.LeaseUntil), tnz(req.Now)}, args...)
+	args = append(args, req.Limit)
+	leases, err := s.claim(ctx, "claim", q, args, req.Limit)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(leases, func(a, b redrive.Lease) int {
+		if a.Item.Priority != b.Item.Priority {
+			return b.Item.Priority - a.Item.Priority
+		}
+		if c := a.Item.EnqueuedAt.Compare(b.Item.EnqueuedAt); c != 0 {
+			return c
+		}
+		return int(a.Item.ID - b.Item.ID)
+	})
+	return leases, nil
+}
+
+// ClaimExpired takes over up to req.Limit running items of req.Pipelines
+// whose lease expired before req.Now, oldest lease first, with a new token.
+// The item's attempt counter is unchanged: the rescuer records the lost
+// attempt with Complete.
+func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Lease, error) {
+	if req.Limit <= 0 || len(req.Pipelines) == 0 {
+		return nil, nil
+	}
+	where, args := claimWhere(req, []string{"state = 'running'", "lease_expires_at < ?"}, []any{tnz(req.Now)})
+	q := `UPDATE items SET lease_token = lease_token + 1, lease_owner = ?, lease_expires_at = ?, updated_at = ?
+		WHERE id IN (SELECT id FROM items WHERE ` + strings.Join(where, " AND ") + `
+			ORDER BY lease_expires_at, id LIMIT ?)
+		RETURNING ` + itemCols
+	args = append([]any{req.Owner, tnz(req.LeaseUntil), tnz(req.Now)}, args...)
+	args = append(args, req.Limit)
+	leases, err := s.claim(ctx, "claim expired", q, args, req.Limit)
+	if err != nil {
+		return nil, err
+	}
+	slices.SortFunc(leases, func(a, b redrive.Lease) int { return int(a.Item.ID - b.Item.ID) })
+	return leases, nil
+}
+
+func (s *Store) claim(ctx context.Context, op, q string, args []any, limit int) ([]redrive.Lease, error) {
+	leases := make([]redrive.Lease, 0, limit)
+	st, err := s.stmts.get(ctx, q)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
+	}
+	err = s.writeTx(ctx, op, func(tx *sql.Tx) error {
+		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, args...)
+		if err != nil {
+			return err
+		}
+		defer rows.Close()
+		for rows.Next() {
+			it, token, err := scanItem(rows)
+			if err != nil {
+				return err
+			}
+			leases = append(leases, redrive.Lease{Item: it, Token: token})
+		}
+		return rows.Err()
+	})
+	if err != nil {
+		return nil, err
+	}
+	return leases, nil
+}
+
+// Heartbeat extends the leases still held to until and returns the IDs of
+// the items whose lease was lost.
+func (s *Store) Heartbeat(ctx context.Context, leases []redrive.LeaseRef, until time.Time) ([]int64, error) {
+	if len(leases) == 0 {
+		return nil, nil
+	}
+	var lost []int64
+	err := s.writeTx(ctx, "heartbeat", func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx,
+			`UPDATE items SET lease_expires_at = ? WHERE id = ? AND lease_token = ? AND state = 'running'`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, l := range leases {
+			res, err := st.ExecContext(ctx, tnz(until), l.ItemID, l.Token)
+			if err != nil {
+				return err
+			}
+			n, err := res.RowsAffected()
+			if err != nil {
+				return err
+			}
+			if n == 0 {
+				lost = append(lost, l.ItemID)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lost, nil
+}
+
+// Release returns leased items to pending, due at now, without recording an
+// attempt. Leases no longer held are ignored.
+func (s *Store) Release(ctx context.Context, leases []redrive.LeaseRef, now time.Time) error {
+	if len(leases) == 0 {
+		return nil
+	}
+	return s.writeTx(ctx, "release", func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx, `UPDATE items SET state = 'pending', next_at = ?, updated_at = ?,
+			lease_owner = NULL, lease_expires_at = NULL
+			WHERE id = ? AND lease_token = ? AND state = 'running'`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, l := range leases {
+			if _, err := st.ExecContext(ctx, tnz(now), tnz(now), l.ItemID, l.Token); err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}
+
+// Complete applies completions in one transaction; applied[i] reports
+// whether completion i applied (its token was current and the item running).
+// An applied completion records c.Record as an attempt, its ItemID, RunID
+// and Pipeline filled from the item when zero.
+func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, error) {
+	if len(cs) == 0 {
+		return nil, nil
+	}
+	for i, c := range cs {
+		switch c.State {
+		case redrive.StatePending, redrive.StateSucceeded, redrive.StateDead, redrive.StateCanceled:
+		default:
+			return nil, fmt.Errorf("sqlite: complete: completion %d (item %d): invalid next state %q", i, c.ItemID, c.State)
+		}
+	}
+	// Prepare the statements first: the write transaction holds the only
+	// write connection.
+	type chunk struct {
+		lo, hi   int
+		upd, ins *sql.Stmt // nil: apply one at a time with one1
+	}
+	var (
+		chunks []chunk
+		one    [2]*sql.Stmt
+	)
+	for lo := 0; lo < len(cs); lo += completeChunkSize {
+		c := chunk{lo: lo, hi: min(lo+completeChunkSize, len(cs))}
+		n := bucket(c.hi - c.lo)
+		if hasDuplicate(cs[c.lo:c.hi]) {
+			n = 1
+		}
+		upd, err := s.stmts.get(ctx, completeSQL(n))
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: complete: %w", err)
+		}
+		ins, err := s.stmts.get(ctx, attemptsSQL(n))
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: complete: %w", err)
+		}
+		if n == 1 {
+			one = [2]*sql.Stmt{upd, ins}
+		} else {
+			c.upd, c.ins = upd, ins
+		}
+		chunks = append(chunks, c)
+	}
+	applied := make([]bool, len(cs))
+	err := s.writeTx(ctx, "complete", func(tx *sql.Tx) error {
+		for _, c := range chunks {
+			if c.upd != nil {
+				if err := completeChunk(ctx, tx, c.upd, c.ins, cs[c.lo:c.hi], applied[c.lo:c.hi]); err != nil {
+					return err
+				}
+				continue
+			}
+			// A chunk naming an item twice is applied one completion at
+			// a time, so that the first completion fences the second.
+			for i := c.lo; i < c.hi; i++ {
+				if err := completeChunk(ctx, tx, one[0], one[1], cs[i:i+1], applied[i:i+1]); err != nil {
+					return err
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return applied, nil
+}
+
+// completeChunkSize is the most completions one UPDATE statement applies.
+const completeChunkSize = 256
+
+// bucket rounds n up to a power of two, so that batch statements come in a
+// few sizes that stay prepared.
+func bucket(n int) int {
+	b := 1
+	for b < n {
+		b <<= 1
+	}
+	return b
+}
+
+// completeSQL and attemptsSQL build the batch statements for n rows.
+func completeSQL(n int) string {
+	var q strings.Builder
+	q.WriteString(`UPDATE items SET state = v.column3, stage = v.column4, stage_index = v.column5,
+		attempt = v.column6, rate_limit_waits = v.column7, next_at = COALESCE(v.column8, items.next_at),
+		payload = CASE WHEN v.column9 THEN v.column10 ELSE items.payload END,
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = v.column11,
+		reason_stage = v.column12, reason_class = v.column13, reason_error = v.column14,
+		reason_attempts = v.column15, reason_at = v.column16
+		FROM (VALUES `)
+	for i := range n {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	q.WriteString(`) AS v WHERE items.id = v.column1 AND items.lease_token = v.column2 AND items.state = 'running'
+		RETURNING items.id, items.run_id, items.pipeline`)
+	return q.String()
+}
+
+func attemptsSQL(n int) string {
+	var q strings.Builder
+	q.WriteString(`INSERT INTO attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class,
+		error, started_at, finished_at, delay_ns)
+		SELECT column1, column2, column3, column4, column5, column6, column7, column8, column9, column10,
+			column11, column12 FROM (VALUES `)
+	for i := range n {
+		if i > 0 {
+			q.WriteString(", ")
+		}
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+	}
+	q.WriteString(`) WHERE column1 IS NOT NULL`)
+	return q.String()
+}
+
+func hasDuplicate(cs []redrive.Completion) bool {
+	seen := make(map[int64]struct{}, len(cs))
+	for _, c := range cs {
+		if _, dup := seen[c.ItemID]; dup {
+			return true
+		}
+		seen[c.ItemID] = struct{}{}
+	}
+	return false
+}
+
+// completeChunk applies cs, which name distinct items, with one UPDATE ...
+// FROM (VALUES ...) statement (upd) and records the attempts of the applied
+// ones with one INSERT (ins). Both statements have bucket(len(cs)) rows:
+// padding rows match no item and insert nothing, so that a few statement
+// sizes stay prepared.
+func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []redrive.Completion, applied []bool) error {
+	n := bucket(len(cs))
+	args := make([]any, 0, 16*n)
+	for _, c := range cs {
+		var next any
+		if c.State == redrive.StatePending {
+			next = tnz(c.NextAt)
+		}
+		var rStage, rClass, rError, rAttempts, rAt any
+		if c.State == redrive.StateDead || c.State == redrive.StateCanceled {
+			r := c.Reason
+			if r == nil {
+				r = &redrive.Reason{Stage: c.Stage, Class: c.Record.Class, Error: c.Record.Error,
+					Attempts: c.Attempt, At: c.Now}
+			}
+			rStage, rClass, rError, rAttempts, rAt = r.Stage, r.Class, r.Error, r.Attempts, tn(r.At)
+		}
+		replace := 0
+		if c.Payload != nil {
+			replace = 1
+		}
+		args = append(args, c.ItemID, c.Token, string(c.State), c.Stage, c.StageIndex, c.Attempt, c.RateLimitWaits,
+			next, replace, blob(c.Payload), tnz(c.Now), rStage, rClass, rError, rAttempts, rAt)
+	}
+	for range n - len(cs) {
+		args = append(args, 0, 0, "", "", 0, 0, 0, nil, 0, nil, 0, nil, nil, nil, nil, nil)
+	}
+	rows, err := tx.StmtContext(ctx, upd).QueryContext(ctx, args...)
+	if err != nil {
+		return err
+	}
+	type owner struct {
+		run      int64
+		pipeline string
+	}
+	done := make(map[int64]owner, len(cs))
+	for rows.Next() {
+		var id int64
+		var o owner
+		if err := rows.Scan(&id, &o.run, &o.pipeline); err != nil {
+			rows.Close()
+			return err
+		}
+		done[id] = o
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return err
+	}
+	if len(done) == 0 {
+		return nil
+	}
+	args = args[:0]
+	for i, c := range cs {
+		o, ok := done[c.ItemID]
+		if !ok {
+			continue
+		}
+		applied[i] = true
+		a := c.Record
+		if a.ItemID == 0 {
+			a.ItemID = c.ItemID
+		}
+		if a.RunID == 0 {
+			a.RunID = o.run
+		}
+		if a.Pipeline == "" {
+			a.Pipeline = o.pipeline
+		}
+		args = append(args, a.ItemID, a.RunID, a.Pipeline, a.Stage, a.StageIndex, a.Number, string(a.Outcome),
+			a.Class, a.Error, tn(a.StartedAt), tn(a.FinishedAt), int64(a.Delay))
+	}
+	for range n - len(done) {
+		args = append(args, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil)
+	}
+	if _, err := tx.StmtContext(ctx, ins).ExecContext(ctx, args...); err != nil {
+		return fmt.Errorf("record attempts: %w", err)
+	}
+	return nil
+}
