@@ -18,6 +18,10 @@ type Config struct {
 	// ClaimBatch is the most items claimed in one store call.
 	// Default: Workers, at least 32 and at most 512.
 	ClaimBatch int
+	// Writers is how many batches of completions are written at once.
+	// A server database (PostgreSQL) takes several concurrent transactions
+	// well; SQLite serialises them anyway. Default 2.
+	Writers int
 	// PollInterval is how often an idle client looks for due items when no
 	// notification wakes it. Default 100 ms.
 	PollInterval time.Duration
@@ -53,6 +57,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.ClaimBatch <= 0 {
 		c.ClaimBatch = min(max(c.Workers, 32), 512)
+	}
+	if c.Writers <= 0 {
+		c.Writers = 2
 	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 100 * time.Millisecond

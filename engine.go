@@ -89,8 +89,10 @@ func (c *Client) Start(ctx context.Context) error {
 	e.work = make(chan *task, capacity)
 	e.completions = make(chan *task, capacity)
 
-	e.completer.Add(1)
-	go e.completeLoop()
+	for range c.cfg.Writers {
+		e.completer.Add(1)
+		go e.completeLoop()
+	}
 	for range c.cfg.Workers {
 		e.workers.Add(1)
 		go e.workLoop()
