@@ -191,10 +191,16 @@ func (c *Client) AddItems(ctx context.Context, runID int64, items []NewItem) ([]
 		return nil, fmt.Errorf("redrive: enqueue: %w", err)
 	}
 	// A run that finished (perhaps while these items were being written)
-	// reopens when it received new work.
+	// reopens when it received new work. Input that could not be read is
+	// dead from the start, and reported like any dead letter.
 	added := false
-	for _, e := range out {
+	now := c.cfg.Now()
+	for i, e := range out {
 		added = added || !e.Existing
+		if !e.Existing && items[i].Invalid != "" {
+			c.emit(DeadLettered{Pipeline: p.Name, RunID: runID, ItemID: e.ID,
+				Reason: Reason{Stage: p.Stages[0].Name, Class: ClassInvalidInput, Error: items[i].Invalid, At: now}})
+		}
 	}
 	if run, err = c.store.GetRun(ctx, runID); err == nil && run.Status != RunRunning && run.Status != RunAborted && added {
 		err = c.store.SetRunStatus(ctx, runID, RunRunning, "", c.cfg.Now())

@@ -129,8 +129,8 @@ func TestOutcomesFinalExhaustedAndReasons(t *testing.T) {
 				t.Fatalf("item %q reason %+v, want %+v", it.Input, *it.Reason, w)
 			}
 		}
-		if n := rec.count(func(e redrive.Event) bool { _, ok := e.(redrive.DeadLettered); return ok }); n != 3 {
-			t.Fatalf("%d DeadLettered events, want 3 (the invalid item was never attempted)", n)
+		if n := rec.count(func(e redrive.Event) bool { _, ok := e.(redrive.DeadLettered); return ok }); n != 4 {
+			t.Fatalf("%d DeadLettered events, want 4 (one for the invalid input)", n)
 		}
 		if n := rec.count(func(e redrive.Event) bool { _, ok := e.(redrive.RetryScheduled); return ok }); n != 2 {
 			t.Fatalf("%d RetryScheduled events, want 2", n)
@@ -642,4 +642,40 @@ func TestNestedRetryInsideStageDoesNotMultiplyCalls(t *testing.T) {
 	if r.Counts.Dead != 1 || calls.Load() != 3 {
 		t.Fatalf("%d calls, %+v; want 3 calls and the item dead", calls.Load(), r.Counts)
 	}
+}
+
+// An operator cancels a run from another process (the JSON API works on the
+// store): the items running then are canceled when their attempt ends
+// instead of moving on, and the run's counts settle.
+func TestRunCanceledFromAnotherProcessSettles(t *testing.T) {
+	eachStore(t, func(t *testing.T, s redrive.Store) {
+		var started atomic.Int64
+		slow := func(_ context.Context, it *redrive.Item) ([]byte, error) {
+			started.Add(1)
+			time.Sleep(20 * time.Millisecond)
+			return it.Payload, nil
+		}
+		p := redrive.Pipeline{Name: "cancel", Stages: []redrive.Stage{{Name: "one", Handle: slow}, {Name: "two", Handle: slow}}}
+		c := startClient(t, s, testConfig(nil), p)
+		ctx := context.Background()
+		run, err := c.StartRun(ctx, "cancel", items(200), redrive.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for started.Load() < 20 {
+			time.Sleep(5 * time.Millisecond)
+		}
+		now := time.Now()
+		if err := s.SetRunStatus(ctx, run.ID, redrive.RunAborted, "canceled by an operator", now); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := s.CancelPending(ctx, redrive.ItemFilter{RunID: run.ID, States: []redrive.State{redrive.StatePending}},
+			redrive.Reason{Class: redrive.ClassCanceled, Error: "canceled by an operator", At: now}); err != nil {
+			t.Fatal(err)
+		}
+		r := wait(t, c, run)
+		if r.Status != redrive.RunAborted || r.Counts.Canceled < 150 || r.Counts.Succeeded > 40 {
+			t.Fatalf("after cancel: %s %+v", r.Status, r.Counts)
+		}
+	})
 }

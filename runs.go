@@ -90,33 +90,28 @@ func (e *engine) checkRuns() {
 			e.finish(ctx, r, StatusFor(r.Counts, r.Options), "")
 		}
 	}
-	// Aborted runs whose running items moved on are canceled again, so
-	// their counts settle.
-	e.mu.Lock()
-	ids := make([]int64, 0, len(e.aborted))
-	for id := range e.aborted {
-		ids = append(ids, id)
+	// Aborted runs (by this process, another one, or an operator) whose
+	// running items moved on are canceled again, so their counts settle;
+	// the engine cancels what it would have advanced in them.
+	aborted, err := e.store.ListRuns(ctx, RunFilter{Status: RunAborted, Limit: 50})
+	if err != nil {
+		return
 	}
-	e.mu.Unlock()
-	for _, id := range ids {
-		r, err := e.store.GetRun(ctx, id)
-		if err != nil {
-			continue
-		}
-		if r.Status != RunAborted {
-			e.mu.Lock()
-			delete(e.aborted, id)
-			e.mu.Unlock()
-			continue
-		}
-		if r.Counts.Pending > 0 {
-			_, _ = e.store.CancelPending(ctx, ItemFilter{RunID: id, States: []State{StatePending}},
-				Reason{Class: ClassCanceled, Error: r.Reason, At: e.cfg.Now()})
-		}
+	for _, r := range aborted {
 		if r.Counts.Pending+r.Counts.Running == 0 {
 			e.mu.Lock()
-			delete(e.aborted, id)
+			delete(e.aborted, r.ID)
 			e.mu.Unlock()
+			continue
+		}
+		e.mu.Lock()
+		e.aborted[r.ID] = r.Reason
+		e.mu.Unlock()
+		if r.Counts.Pending > 0 {
+			if _, err := e.store.CancelPending(ctx, ItemFilter{RunID: r.ID, States: []State{StatePending}},
+				Reason{Class: ClassCanceled, Error: r.Reason, At: e.cfg.Now()}); err != nil {
+				e.log.Warn("redrive: canceling items of an aborted run failed", "run", r.ID, "err", err)
+			}
 		}
 	}
 }
