@@ -62,7 +62,9 @@ func blob(b []byte) any {
 }
 
 // Enqueue adds items to a run in one transaction. An item whose key exists
-// in the pipeline is returned with the existing ID and Existing true.
+// in the pipeline is returned with the existing ID and Existing true. The
+// run must exist (else the error wraps redrive.ErrNotFound) and be a run of
+// req.Pipeline.
 func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redrive.Enqueued, error) {
 	if req.Pipeline == "" || req.Stage == "" {
 		return nil, errors.New("sqlite: enqueue: pipeline and stage are required")
@@ -85,6 +87,17 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 		return nil, fmt.Errorf("sqlite: enqueue: %w", err)
 	}
 	err = s.writeTx(ctx, "enqueue", func(tx *sql.Tx) error {
+		var pipeline string
+		err := tx.QueryRowContext(ctx, `SELECT pipeline FROM runs WHERE id = ?`, req.RunID).Scan(&pipeline)
+		if errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("sqlite: enqueue: run %d: %w", req.RunID, redrive.ErrNotFound)
+		}
+		if err != nil {
+			return err
+		}
+		if pipeline != req.Pipeline {
+			return fmt.Errorf("sqlite: enqueue: run %d is a run of pipeline %q, not %q", req.RunID, pipeline, req.Pipeline)
+		}
 		ins := tx.StmtContext(ctx, insStmt)
 		find := tx.StmtContext(ctx, findStmt)
 		for i, it := range req.Items {

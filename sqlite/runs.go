@@ -42,6 +42,9 @@ func (s *Store) CreateRun(ctx context.Context, p string, opts redrive.RunOptions
 	if p == "" {
 		return redrive.Run{}, false, errors.New("sqlite: create run: empty pipeline")
 	}
+	if err := opts.Validate(); err != nil {
+		return redrive.Run{}, false, fmt.Errorf("sqlite: create run: %w", err)
+	}
 	b, err := json.Marshal(opts)
 	if err != nil {
 		return redrive.Run{}, false, fmt.Errorf("sqlite: create run: %w", err)

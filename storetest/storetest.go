@@ -13,6 +13,26 @@
 // Every subtest opens its own store. Times are passed explicitly from a fixed
 // base time; stores must round-trip times to at least microsecond precision
 // and return them in UTC.
+//
+// Beyond the doc comments of redrive.Store, the suite pins down:
+//
+//   - ItemFilter.Since is inclusive and Until exclusive; both compare the
+//     reason's time of dead and canceled items and UpdatedAt of the others.
+//   - ItemFilter.Limit caps every operation that takes a filter (ListItems,
+//     Count, CancelPending, Redrive, Purge), in ID order.
+//   - ErrorContains matches literally ('%' and '_' are not wildcards).
+//   - ClaimRequest.Pipelines empty claims nothing, for ClaimExpired too.
+//   - CancelPending with an empty Reason.Stage records each item's stage.
+//   - Redrive and Purge refuse states other than dead and canceled.
+//   - A completion whose item appears twice in one Complete call is applied
+//     as if the calls were sequential: the second is fenced off.
+//   - RetryHistogram counts an item's retries as its attempts that were not
+//     rate-limited, minus the number of distinct stages they were made at,
+//     floored at 0.
+//   - TopErrors is ordered by pipeline, stage (in pipeline order), count
+//     descending, then class and error.
+//   - Item IDs increase in enqueue order; attempts are listed in the order
+//     they were recorded.
 package storetest
 
 import (
@@ -899,6 +919,18 @@ func testCompleteBatch(h *h) {
 	}
 	if c := h.getRun(r.ID).Counts; c.Succeeded != 3 || c.Running != 2 || c.Total != 5 {
 		h.Errorf("counts = %+v", c)
+	}
+	// The same lease twice in one call: the first completion fences the
+	// second, as if they were sequential.
+	ap = h.complete(retry(ls[4], at(2*time.Second), at(time.Hour), "first"), succeed(ls[4], at(2*time.Second)))
+	if !slices.Equal(ap, []bool{true, false}) {
+		h.Errorf("duplicate completion applied = %v, want [true false]", ap)
+	}
+	if it := h.item(ls[4].Item.ID); it.State != redrive.StatePending {
+		h.Errorf("duplicate completion: state %s, want pending", it.State)
+	}
+	if as := h.attempts(ls[4].Item.ID); len(as) != 1 || as[0].Error != "first" {
+		h.Errorf("duplicate completion attempts = %+v", as)
 	}
 }
 
