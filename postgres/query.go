@@ -103,7 +103,7 @@ func (s *Store) CancelPending(ctx context.Context, f redrive.ItemFilter, r redri
 		reason_at = ` + at + `
 	WHERE state = 'pending' AND `
 	if f.Limit > 0 {
-		sql += `id IN (SELECT id FROM ` + s.q + `.items WHERE ` + itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE SKIP LOCKED)`
+		sql += `id = ANY(ARRAY(SELECT id FROM ` + s.q + `.items WHERE ` + itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE SKIP LOCKED))`
 	} else {
 		sql += itemWhere(f, &a)
 	}
