@@ -2,7 +2,8 @@
 # test.sh [go test flags and packages...]
 #
 # The project's one test command. Runs `go test ./... -count=1 -timeout 20m`
-# (extra arguments are passed to go test). PostgreSQL tests need a server:
+# (extra arguments are passed to go test), after scripts/deps.sh installed
+# promtool if it was missing. PostgreSQL tests need a server:
 # the one at REDRIVE_TEST_POSTGRES (default
 # postgres://postgres@127.0.0.1:5432/test?sslmode=disable) when it is
 # reachable, else a throwaway cluster started by scripts/pg-throwaway.sh
@@ -16,6 +17,10 @@ if ! command -v go >/dev/null 2>&1; then
 	echo "test.sh: go is not installed or not on PATH (https://go.dev/dl/)" >&2
 	exit 1
 fi
+
+# promtool for the alert rules' tests (installs Debian's prometheus package
+# when missing and run as root).
+./scripts/deps.sh
 
 export REDRIVE_TEST_POSTGRES=${REDRIVE_TEST_POSTGRES:-postgres://postgres@127.0.0.1:5432/test?sslmode=disable}
 export CI=${CI:-true}
