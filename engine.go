@@ -27,6 +27,8 @@ type engine struct {
 	layerCtx    context.Context // workCtx marked as an outer retry layer
 	stopWork    context.CancelFunc
 	bgCtx       context.Context // ends when everything is flushed
+	flushCtx    context.Context // bounds writing completions: ends soon after Stop's deadline
+	stopFlush   context.CancelFunc
 	stopBG      context.CancelFunc
 	work        chan *task
 	completions chan *task
@@ -85,6 +87,7 @@ func (c *Client) Start(ctx context.Context) error {
 	e.workCtx, e.stopWork = context.WithCancel(context.WithoutCancel(ctx))
 	e.layerCtx = retry.Layer(e.workCtx)
 	e.bgCtx, e.stopBG = context.WithCancel(context.WithoutCancel(ctx))
+	e.flushCtx, e.stopFlush = context.WithCancel(e.bgCtx)
 	capacity := c.cfg.Workers + c.cfg.ClaimBatch
 	e.work = make(chan *task, capacity)
 	e.completions = make(chan *task, capacity)
@@ -143,6 +146,11 @@ func (c *Client) Stop(ctx context.Context) error {
 		return ErrNotStarted
 	}
 	e.stopClaim()
+	// Completions still being written when ctx ends get a short grace;
+	// after it, an unreachable store cannot hold Stop: those items' leases
+	// expire and the rescuer repeats their attempts.
+	stopFlushLater := context.AfterFunc(ctx, func() { time.AfterFunc(stopFlushGrace, e.stopFlush) })
+	defer stopFlushLater()
 	e.claimers.Wait()
 	close(e.work)
 	done := make(chan struct{})
@@ -187,6 +195,10 @@ func (e *engine) wake() {
 	default:
 	}
 }
+
+// stopFlushGrace is how long Stop waits for completions to be written
+// after its context ended.
+const stopFlushGrace = 2 * time.Second
 
 // storeRetry is the policy for store calls that failed (a lost database
 // connection, a busy SQLite file): quick at first, capped at 5 s.
@@ -566,7 +578,7 @@ func (e *engine) flush(batch []*task) {
 			comps = append(comps, t.comp)
 		}
 	}
-	ctx := e.bgCtx
+	ctx := e.flushCtx
 	var applied []bool
 	if len(comps) > 0 {
 		err := retry.Do(ctx, storeRetry, func(ctx context.Context) error {
