@@ -193,9 +193,9 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
 	}
 	runOpts.Name = opts.RunName
-	run, err := client.StartRun(bg, pipeline.Name, nil, runOpts)
+	run, err := client.StartRun(ctx, pipeline.Name, nil, runOpts)
 	if err != nil {
-		return nil, fmt.Errorf("runner: start run: %w", err)
+		return nil, interrupted(ctx, fmt.Errorf("runner: start run: %w", err))
 	}
 	items := make([]redrive.NewItem, len(lines))
 	invalid := 0
@@ -205,9 +205,9 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 			invalid++
 		}
 	}
-	enq, err := client.AddItems(bg, run.ID, items)
+	enq, err := client.AddItems(ctx, run.ID, items)
 	if err != nil {
-		return nil, fmt.Errorf("runner: add items: %w", err)
+		return nil, interrupted(ctx, fmt.Errorf("runner: add items: %w", err))
 	}
 	sum := &Summary{RunID: run.ID, RunName: opts.RunName, Pipeline: pipeline.Name, DB: opts.DB,
 		Input: InputCounts{File: opts.Input, Items: len(lines), Invalid: invalid}}
@@ -264,6 +264,18 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 	}
 	sum.Elapsed = Seconds(time.Since(start).Seconds())
 	return sum, nil
+}
+
+// ErrInterrupted is wrapped by the error of Execute when ctx ended before
+// the run started (while its items were being added). Items added before
+// are kept; the same command resumes.
+var ErrInterrupted = errors.New("runner: interrupted")
+
+func interrupted(ctx context.Context, err error) error {
+	if ctx.Err() != nil {
+		return fmt.Errorf("%w: %w", ErrInterrupted, err)
+	}
+	return err
 }
 
 // merge returns file with the fields set in override replaced.

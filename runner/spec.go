@@ -41,7 +41,9 @@ type Spec struct {
 	// Stages are the pipeline's stages, in order. At least one.
 	Stages []StageSpec `yaml:"stages"`
 
-	Pos  Pos            `yaml:"-"`
+	// Pos is where the mapping starts in the file (set by Parse).
+	Pos Pos `yaml:"-"`
+	// Keys holds the position of each key's value (set by Parse).
 	Keys map[string]Pos `yaml:"-"`
 }
 
@@ -65,6 +67,7 @@ type RunSpec struct {
 	// budget is judged. Default 50 (or the run's size when smaller).
 	MinItems *int `yaml:"min_items"`
 
+	// Keys holds the position of each key's value (set by Parse).
 	Keys map[string]Pos `yaml:"-"`
 }
 
@@ -87,7 +90,9 @@ type StageSpec struct {
 	// only workers bound it.
 	Concurrency int `yaml:"concurrency"`
 
-	Pos  Pos            `yaml:"-"`
+	// Pos is where the mapping starts in the file (set by Parse).
+	Pos Pos `yaml:"-"`
+	// Keys holds the position of each key's value (set by Parse).
 	Keys map[string]Pos `yaml:"-"`
 }
 
@@ -112,7 +117,9 @@ type ExecSpec struct {
 	// file's directory. Default: the runner's working directory.
 	Dir string `yaml:"dir"`
 
-	Pos  Pos            `yaml:"-"`
+	// Pos is where the mapping starts in the file (set by Parse).
+	Pos Pos `yaml:"-"`
+	// Keys holds the position of each key's value (set by Parse).
 	Keys map[string]Pos `yaml:"-"`
 }
 
@@ -135,7 +142,9 @@ type HTTPSpec struct {
 	// be JSON) or "wrap" ({"input": <item>, "response": <body>}). Default body.
 	Output string `yaml:"output"`
 
-	Pos  Pos            `yaml:"-"`
+	// Pos is where the mapping starts in the file (set by Parse).
+	Pos Pos `yaml:"-"`
+	// Keys holds the position of each key's value (set by Parse).
 	Keys map[string]Pos `yaml:"-"`
 
 	url, body *template.Template
@@ -169,7 +178,9 @@ type RetrySpec struct {
 	// attempts. Default 10.
 	MaxRateLimitWaits int `yaml:"max_rate_limit_waits"`
 
-	Pos  Pos            `yaml:"-"`
+	// Pos is where the mapping starts in the file (set by Parse).
+	Pos Pos `yaml:"-"`
+	// Keys holds the position of each key's value (set by Parse).
 	Keys map[string]Pos `yaml:"-"`
 }
 

@@ -63,10 +63,13 @@ type Budget struct {
 
 // Summary is the final accounting of a run, printed by `redrive run`.
 type Summary struct {
-	RunID    int64  `json:"run_id"`
-	RunName  string `json:"run_name"`
+	// RunID and RunName identify the run.
+	RunID   int64  `json:"run_id"`
+	RunName string `json:"run_name"`
+	// Pipeline is the pipeline's name.
 	Pipeline string `json:"pipeline"`
-	DB       string `json:"db"`
+	// DB is the database, password redacted.
+	DB string `json:"db"`
 	// Status is the run's status (running if interrupted).
 	Status redrive.RunStatus `json:"status"`
 	// Reason says why an aborted run aborted.
@@ -74,14 +77,19 @@ type Summary struct {
 	// Interrupted reports a graceful stop before the run ended.
 	Interrupted bool `json:"interrupted"`
 	// Resumed reports that the run existed and held some of the items.
-	Resumed bool        `json:"resumed"`
-	Input   InputCounts `json:"input"`
+	Resumed bool `json:"resumed"`
+	// Input describes the input file.
+	Input InputCounts `json:"input"`
 	// Counts are the run's items by state; they add up to Counts.Total.
-	Counts           redrive.Counts `json:"counts"`
-	SuccessRate      float64        `json:"success_rate"`
-	SuccessThreshold float64        `json:"success_threshold"`
-	PartialThreshold float64        `json:"partial_threshold"`
-	FailureBudget    Budget         `json:"failure_budget"`
+	Counts redrive.Counts `json:"counts"`
+	// SuccessRate is succeeded over total.
+	SuccessRate float64 `json:"success_rate"`
+	// SuccessThreshold and PartialThreshold are the run's thresholds,
+	// defaults applied (0.95 and 0.50).
+	SuccessThreshold float64 `json:"success_threshold"`
+	PartialThreshold float64 `json:"partial_threshold"`
+	// FailureBudget reports the failure budget.
+	FailureBudget Budget `json:"failure_budget"`
 	// DeadByClass counts the dead items by the class of their reason
 	// (final, retryable, rate_limited, invalid_input, lost).
 	DeadByClass map[string]int `json:"dead_by_class"`
@@ -91,13 +99,16 @@ type Summary struct {
 	RateLimitWaits int `json:"rate_limit_waits"`
 	// RetryHistogram counts the run's finished items by retries needed.
 	RetryHistogram []redrive.HistogramBucket `json:"retry_histogram"`
-	TopErrors      []redrive.ErrorCount      `json:"top_errors"`
+	// TopErrors are the most frequent failed-attempt errors, at most 8.
+	TopErrors []redrive.ErrorCount `json:"top_errors"`
 	// Output is the --output file, OutputItems the lines written to it.
 	Output      string `json:"output,omitempty"`
 	OutputItems int    `json:"output_items,omitempty"`
 	// Commands are the commands to list and redrive the dead items.
+	// ("dlq_list", "dlq_redrive").
 	Commands map[string]string `json:"commands"`
-	Elapsed  Seconds           `json:"elapsed_seconds"`
+	// Elapsed is the wall time of Execute.
+	Elapsed Seconds `json:"elapsed_seconds"`
 }
 
 // ExitCode maps the summary to the exit status of `redrive run`.

@@ -110,8 +110,11 @@ func newRunCmd() *cobra.Command {
 				}
 			}
 			if err != nil {
-				if errors.Is(err, runner.ErrUsage) || errors.Is(err, runner.ErrInvalidSpec) {
+				switch {
+				case errors.Is(err, runner.ErrUsage), errors.Is(err, runner.ErrInvalidSpec):
 					return exitWith(exitUsage, err)
+				case errors.Is(err, runner.ErrInterrupted):
+					return exitWith(runner.ExitInterrupted, err)
 				}
 				return err
 			}

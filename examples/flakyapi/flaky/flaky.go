@@ -93,9 +93,13 @@ type Request struct {
 
 // Response is the body of a successful answer.
 type Response struct {
+	// Completion is the prompt's words in reverse order (at most
+	// MaxTokens of them).
 	Completion string `json:"completion"`
-	Model      string `json:"model"`
-	Tokens     int    `json:"tokens"`
+	// Model is always "flaky-1".
+	Model string `json:"model"`
+	// Tokens counts the completion's words.
+	Tokens int `json:"tokens"`
 }
 
 // Handler is the fake endpoint. Create it with NewHandler.
