@@ -36,10 +36,8 @@ func (s *Store) listen(ctx context.Context, ch chan<- struct{}) {
 		maxBackoff = 5 * time.Second
 	)
 	backoff := minBackoff
-	first := true
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, ch, !first, func() { backoff = minBackoff })
-		first = false
+		err := s.listenOnce(ctx, ch, func() { backoff = minBackoff })
 		if ctx.Err() != nil {
 			return
 		}
@@ -67,9 +65,10 @@ func (s *Store) listen(ctx context.Context, ch chan<- struct{}) {
 }
 
 // listenOnce connects, LISTENs and forwards notifications until the
-// connection fails or ctx ends. After a reconnect it wakes the workers
-// once. connected is called once the LISTEN succeeded.
-func (s *Store) listenOnce(ctx context.Context, ch chan<- struct{}, reconnect bool, connected func()) error {
+// connection fails or ctx ends. Once LISTEN is in effect it wakes the
+// workers, since whatever was notified before (at start, or while
+// reconnecting) was not heard. connected is called then.
+func (s *Store) listenOnce(ctx context.Context, ch chan<- struct{}, connected func()) error {
 	cfg := s.pool.Config().ConnConfig.Copy()
 	conn, err := pgx.ConnectConfig(ctx, cfg)
 	if err != nil {
@@ -80,9 +79,7 @@ func (s *Store) listenOnce(ctx context.Context, ch chan<- struct{}, reconnect bo
 		return err
 	}
 	connected()
-	if reconnect {
-		wake(ch)
-	}
+	wake(ch)
 	for {
 		if _, err := conn.WaitForNotification(ctx); err != nil {
 			return err
