@@ -35,7 +35,8 @@ type Config struct {
 	// Default 5 s.
 	RescueInterval time.Duration
 	// RunCheckInterval is how often running runs are checked for their
-	// end and their failure budget. Default 250 ms.
+	// end and their failure budget (a count of each running run's items,
+	// so not too often). Default 1 s.
 	RunCheckInterval time.Duration
 	// Retention is how long succeeded items and their attempts are kept.
 	// Default 0: kept until deleted. Dead items are kept until purged.
@@ -74,7 +75,7 @@ func (c Config) withDefaults() Config {
 		c.RescueInterval = 5 * time.Second
 	}
 	if c.RunCheckInterval <= 0 {
-		c.RunCheckInterval = 250 * time.Millisecond
+		c.RunCheckInterval = time.Second
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()
