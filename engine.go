@@ -88,7 +88,13 @@ func (c *Client) Start(ctx context.Context) error {
 	e.layerCtx = retry.Layer(e.workCtx)
 	e.bgCtx, e.stopBG = context.WithCancel(context.WithoutCancel(ctx))
 	e.flushCtx, e.stopFlush = context.WithCancel(e.bgCtx)
-	capacity := c.cfg.Workers + c.cfg.ClaimBatch
+	// Items claimed and not yet recorded: the workers' own, and room for
+	// two claim batches, so that the claimer takes the next batch while
+	// the completers still write the last one. With room for one batch,
+	// claiming waited for completions to be written, and the PostgreSQL
+	// benchmark (200,000 no-op items, 64 workers, batch 512) worked
+	// 16-18k items/s instead of 23-31k.
+	capacity := c.cfg.Workers + 2*c.cfg.ClaimBatch
 	e.work = make(chan *task, capacity)
 	e.completions = make(chan *task, capacity)
 

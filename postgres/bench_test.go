@@ -137,23 +137,29 @@ func benchClaimComplete(b *testing.B, workers int) {
 }
 
 // BenchmarkClaimLatency reports the median and p95 latency of claiming 100
-// items with 10,000 pending, and with 1,000,000 pending when
-// REDRIVE_BENCH_1M=1 (it takes about a minute to fill).
+// items with 10,000 pending and, when REDRIVE_BENCH_1M=1, with 1,000,000
+// pending as well (it takes about a minute to fill), each in a schema of
+// its own, and then the ratios 1M/10k (the goal is at most 2). Run it with
+// -benchtime=1x: one fill and 200 samples per backlog, whatever b.N.
 func BenchmarkClaimLatency(b *testing.B) {
 	backlogs := []int{10_000}
 	if os.Getenv("REDRIVE_BENCH_1M") == "1" {
 		backlogs = append(backlogs, 1_000_000)
 	}
+	var p50s, p95s []time.Duration
 	for _, n := range backlogs {
-		b.Run("backlog="+strconv.Itoa(n), func(b *testing.B) {
-			// One fill and 200 samples, whatever b.N: run with -benchtime=1x.
-			s := pgtest.OpenStore(b)
-			p50, p95, err := s.ClaimLatency(context.Background(), n, 100, 200)
-			if err != nil {
-				b.Fatal(err)
-			}
-			b.ReportMetric(float64(p50.Microseconds()), "p50-µs")
-			b.ReportMetric(float64(p95.Microseconds()), "p95-µs")
-		})
+		s := pgtest.OpenStore(b)
+		p50, p95, err := s.ClaimLatency(context.Background(), n, 100, 200)
+		if err != nil {
+			b.Fatal(err)
+		}
+		p50s, p95s = append(p50s, p50), append(p95s, p95)
+		suffix := "-" + strconv.Itoa(n/1000) + "k"
+		b.ReportMetric(float64(p50.Microseconds()), "p50-µs"+suffix)
+		b.ReportMetric(float64(p95.Microseconds()), "p95-µs"+suffix)
+	}
+	if len(backlogs) == 2 {
+		b.ReportMetric(float64(p50s[1])/float64(p50s[0]), "p50-ratio-1M/10k")
+		b.ReportMetric(float64(p95s[1])/float64(p95s[0]), "p95-ratio-1M/10k")
 	}
 }

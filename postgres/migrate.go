@@ -38,6 +38,10 @@ type migrationFile struct {
 // migrators; the second is hashtext(schema).
 const migrationLockClass = 0x72647276 // "rdrv"
 
+// foldLockClass is the first key of the advisory lock that serializes
+// Store.foldCounts; the second is hashtext(schema).
+const foldLockClass = 0x72646663 // "rdfc"
+
 func loadMigrations() ([]migrationFile, error) {
 	entries, err := fs.ReadDir(migrationFS, "migrations")
 	if err != nil {

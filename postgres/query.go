@@ -196,7 +196,10 @@ func (s *Store) TopErrors(ctx context.Context, f redrive.ErrorFilter) ([]redrive
 	var a args
 	where := "outcome <> 'succeeded'"
 	if f.RunID != 0 {
-		where += " AND run_id = " + a.add(f.RunID)
+		// attempts has no index on run_id (one less to maintain per
+		// attempt): the run's items lead to their attempts.
+		run := a.add(f.RunID)
+		where += " AND run_id = " + run + " AND item_id IN (SELECT id FROM " + s.q + ".items WHERE run_id = " + run + ")"
 	}
 	if f.Pipeline != "" {
 		where += " AND pipeline = " + a.add(f.Pipeline)
@@ -230,10 +233,12 @@ func (s *Store) TopErrors(ctx context.Context, f redrive.ErrorFilter) ([]redrive
 }
 
 // OldestDue returns the smallest NextAt of the pending items due at now, or
-// the zero time when none is due.
+// the zero time when none is due. Pending items hold no lease: the
+// condition on it only selects the index items_pending_next_at.
 func (s *Store) OldestDue(ctx context.Context, now time.Time) (time.Time, error) {
 	var t *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT min(next_at) FROM `+s.q+`.items WHERE state = 'pending' AND next_at <= $1`, now).Scan(&t)
+	err := s.pool.QueryRow(ctx, `SELECT min(next_at) FROM `+s.q+`.items
+		WHERE state = 'pending' AND lease_expires_at IS NULL AND next_at <= $1`, now).Scan(&t)
 	if err != nil {
 		return time.Time{}, s.fail("oldest due", err)
 	}

@@ -19,19 +19,20 @@ type querier interface {
 	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 }
 
-// runSelect selects runs with their counts; append WHERE/ORDER/LIMIT.
+// runSelect selects runs with their counts (the sums of their run_counts
+// rows); append WHERE/ORDER/LIMIT.
 func (s *Store) runSelect() string {
 	return `SELECT r.id, r.pipeline, r.name, r.status, r.success_threshold, r.partial_threshold,
 		r.failure_budget, r.min_items, r.created_at, r.finished_at, r.reason,
 		c.total, c.pending, c.running, c.succeeded, c.dead, c.canceled
 	FROM ` + s.q + `.runs r
-	CROSS JOIN LATERAL (SELECT count(*) AS total,
-		count(*) FILTER (WHERE i.state = 'pending') AS pending,
-		count(*) FILTER (WHERE i.state = 'running') AS running,
-		count(*) FILTER (WHERE i.state = 'succeeded') AS succeeded,
-		count(*) FILTER (WHERE i.state = 'dead') AS dead,
-		count(*) FILTER (WHERE i.state = 'canceled') AS canceled
-		FROM ` + s.q + `.items i WHERE i.run_id = r.id) c`
+	CROSS JOIN LATERAL (SELECT coalesce(sum(n), 0)::bigint AS total,
+		coalesce(sum(n) FILTER (WHERE c.state = 'pending'), 0)::bigint AS pending,
+		coalesce(sum(n) FILTER (WHERE c.state = 'running'), 0)::bigint AS running,
+		coalesce(sum(n) FILTER (WHERE c.state = 'succeeded'), 0)::bigint AS succeeded,
+		coalesce(sum(n) FILTER (WHERE c.state = 'dead'), 0)::bigint AS dead,
+		coalesce(sum(n) FILTER (WHERE c.state = 'canceled'), 0)::bigint AS canceled
+		FROM ` + s.q + `.run_counts c WHERE c.run_id = r.id) c`
 }
 
 func scanRun(row pgx.Row) (redrive.Run, error) {

@@ -7,6 +7,7 @@ import (
 	"hash/fnv"
 	"io"
 	"net"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -50,6 +51,8 @@ type Store struct {
 	q       string // quoted schema
 	channel string // NOTIFY channel
 	opts    Options
+
+	completes atomic.Uint64 // Complete calls, to fold run_counts now and then
 }
 
 var (

@@ -145,7 +145,7 @@ func TestLifecycle(t *testing.T) {
 	}
 	exp, err := s.ClaimExpired(ctx, redrive.ClaimRequest{Owner: "r", Pipelines: []string{"p"}, Limit: 10,
 		LeaseUntil: t0.Add(time.Hour), Now: t0.Add(2 * time.Minute)})
-	if err != nil || len(exp) != 1 || exp[0].Item.ID != ls[1].Item.ID || exp[0].Token != ls[1].Token+1 {
+	if err != nil || len(exp) != 1 || exp[0].Item.ID != ls[1].Item.ID || exp[0].Token != ls[1].Token+2 {
 		t.Fatalf("ClaimExpired %+v %v", exp, err)
 	}
 	if a, _ := s.Complete(ctx, []redrive.Completion{done(ls[1], redrive.StateSucceeded, t0)}); a[0] {
@@ -523,4 +523,61 @@ func sep(url string) string {
 		return "&"
 	}
 	return "?"
+}
+
+// TestTokenFencesFinishedItems checks that tokens that were never handed
+// out (the token a completion or release leaves behind, and an unclaimed
+// item's 0) apply to nothing: fencing needs no condition on the state.
+func TestTokenFencesFinishedItems(t *testing.T) {
+	ctx := context.Background()
+	s := pgtest.OpenStore(t)
+	t0 := time.Now().UTC().Truncate(time.Millisecond)
+	run, _, err := s.CreateRun(ctx, "p", redrive.RunOptions{}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := s.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "p", Stage: "a",
+		Items: []redrive.NewItem{{Key: "x"}, {Key: "y"}, {Key: "z"}}, Now: t0})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ls, err := s.Claim(ctx, redrive.ClaimRequest{Owner: "o", Pipelines: []string{"p"}, Limit: 2, LeaseUntil: t0.Add(time.Minute), Now: t0})
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("claim %v %v", ls, err)
+	}
+	done := func(id, token int64) redrive.Completion {
+		return redrive.Completion{ItemID: id, Token: token, State: redrive.StateSucceeded, Stage: "a", Now: t0,
+			Record: redrive.Attempt{Stage: "a", Number: 1, Outcome: redrive.OutcomeSucceeded, StartedAt: t0, FinishedAt: t0}}
+	}
+	if ap, err := s.Complete(ctx, []redrive.Completion{done(ls[0].Item.ID, ls[0].Token)}); err != nil || !ap[0] {
+		t.Fatalf("complete %v %v", ap, err)
+	}
+	if err := s.Release(ctx, []redrive.LeaseRef{ls[1].Ref()}, t0); err != nil {
+		t.Fatal(err)
+	}
+	unclaimed := res[2].ID
+	for _, id := range []int64{ls[0].Item.ID, ls[1].Item.ID} {
+		it, err := s.GetItem(ctx, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		// The token left behind is the lease's + 1; forge it.
+		forged := ls[0].Token + 1
+		if id == ls[1].Item.ID {
+			forged = ls[1].Token + 1
+		}
+		if lost, err := s.Heartbeat(ctx, []redrive.LeaseRef{{ItemID: id, Token: forged}}, t0.Add(time.Hour)); err != nil || len(lost) != 1 {
+			t.Fatalf("heartbeat with forged token on %s item: lost %v %v", it.State, lost, err)
+		}
+		if ap, err := s.Complete(ctx, []redrive.Completion{done(id, forged)}); err != nil || ap[0] {
+			t.Fatalf("forged completion of %s item applied: %v %v", it.State, ap, err)
+		}
+	}
+	if ap, err := s.Complete(ctx, []redrive.Completion{done(unclaimed, 0)}); err != nil || ap[0] {
+		t.Fatalf("token 0 completion of an unclaimed item applied: %v %v", ap, err)
+	}
+	r, err := s.GetRun(ctx, run.ID)
+	if err != nil || r.Counts.Succeeded != 1 || r.Counts.Pending != 2 || r.Counts.Total != 3 {
+		t.Fatalf("counts %+v %v", r.Counts, err)
+	}
 }

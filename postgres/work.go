@@ -28,7 +28,29 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 	if err != nil {
 		return nil, s.fail("enqueue", err)
 	}
+	if len(req.Items) >= analyzeAfter {
+		s.analyzeIfGrown(ctx, len(req.Items))
+	}
 	return out, nil
+}
+
+// analyzeAfter is the size of an Enqueue after which the store checks
+// whether the items' statistics need refreshing at once.
+const analyzeAfter = 10_000
+
+// analyzeIfGrown analyzes the items table when n new items are a fifth or
+// more of what its statistics last counted. Until autovacuum gets to it
+// (a minute or more), stale statistics make the planner take a large
+// backlog for a few rows, and Claim sort every due item instead of walking
+// items_pending in order. Failures (such as not owning the table) only
+// leave that to autovacuum.
+func (s *Store) analyzeIfGrown(ctx context.Context, n int) {
+	var stale bool
+	err := s.pool.QueryRow(ctx, `SELECT reltuples < $1 FROM pg_class WHERE oid = $2::regclass`,
+		float64(n)*5, s.q+".items").Scan(&stale)
+	if err == nil && stale {
+		_, _ = s.pool.Exec(ctx, `ANALYZE `+s.q+`.items`)
+	}
 }
 
 // EnqueueTx is Enqueue in the caller's transaction: the items exist if and
@@ -78,7 +100,7 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 			CASE WHEN inv <> '' THEN 0 END,
 			CASE WHEN inv <> '' THEN $8::timestamptz END
 		FROM input ORDER BY ord
-		ON CONFLICT (pipeline, key) DO NOTHING
+		ON CONFLICT (pipeline, key) WHERE key IS NOT NULL DO NOTHING
 		RETURNING id)
 	SELECT input.id, ins.id IS NOT NULL FROM input LEFT JOIN ins ON ins.id = input.id ORDER BY input.ord`,
 		keys, payloads, prios, invalid, req.RunID, req.Pipeline, req.Stage, req.Now,
@@ -172,6 +194,7 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 	}
 	var a args
 	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
+	// + 1: from even to odd, as a running item's token is (see Complete).
 	sql := `UPDATE ` + s.q + `.items SET state = 'running', lease_token = lease_token + 1,
 		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `
 	WHERE id = ANY(ARRAY(SELECT c.id FROM ` + s.q + `.items c
@@ -204,7 +227,8 @@ func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]r
 	}
 	var a args
 	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
-	sql := `UPDATE ` + s.q + `.items SET lease_token = lease_token + 1,
+	// + 2: a running item's token stays odd (see Complete).
+	sql := `UPDATE ` + s.q + `.items SET lease_token = lease_token + 2,
 		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `
 	WHERE state = 'running' AND id = ANY(ARRAY(SELECT c.id FROM ` + s.q + `.items c
 		WHERE c.state = 'running' AND c.lease_expires_at < ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
@@ -252,11 +276,13 @@ func (s *Store) Heartbeat(ctx context.Context, leases []redrive.LeaseRef, until 
 		return nil, nil
 	}
 	ids, tokens := splitRefs(leases)
-	rows, err := s.pool.Query(ctx, `WITH u AS (SELECT * FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)),
-	upd AS (UPDATE `+s.q+`.items i SET lease_expires_at = $3
-		FROM u WHERE i.id = ANY($1::bigint[]) AND i.id = u.id AND i.lease_token = u.token AND i.state = 'running'
+	// Fenced by token, and the leases drive the join (see Complete).
+	rows, err := s.pool.Query(ctx, `WITH upd AS (UPDATE `+s.q+`.items i SET lease_expires_at = $3
+		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1
 		RETURNING i.id, i.lease_token)
-	SELECT u.id FROM u WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
+	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
+	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
 	ORDER BY u.id`, ids, tokens, until)
 	if err != nil {
 		return nil, s.fail("heartbeat", err)
@@ -275,10 +301,11 @@ func (s *Store) Release(ctx context.Context, leases []redrive.LeaseRef, now time
 		return nil
 	}
 	ids, tokens := splitRefs(leases)
+	// Fenced by token, which the release increments (see Complete).
 	_, err := s.pool.Exec(ctx, `WITH upd AS (UPDATE `+s.q+`.items i SET state = 'pending', next_at = $3,
-			lease_owner = '', lease_expires_at = NULL, updated_at = $3
+			lease_token = i.lease_token + 1, lease_owner = '', lease_expires_at = NULL, updated_at = $3
 		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
-		WHERE i.id = ANY($1::bigint[]) AND i.id = u.id AND i.lease_token = u.token AND i.state = 'running'
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1
 		RETURNING i.id)
 	SELECT pg_notify($4, '') FROM (SELECT count(*) AS n FROM upd) c WHERE c.n > 0`, ids, tokens, now, s.channel)
 	if err != nil {
@@ -364,33 +391,44 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 		aFinished = append(aFinished, rec.FinishedAt)
 		delays = append(delays, int64(rec.Delay))
 	}
-	rows, err := s.pool.Query(ctx, `WITH u AS (
-		SELECT * FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::int[], $7::int[],
-			$8::timestamptz[], $9::bytea[], $10::timestamptz[], $11::bool[], $12::text[], $13::text[], $14::text[],
-			$15::int[], $16::timestamptz[], $17::text[], $18::int[], $19::int[], $20::text[], $21::text[], $22::text[],
-			$23::timestamptz[], $24::timestamptz[], $25::bigint[], $26::bigint[], $27::bigint[], $28::text[]) WITH ORDINALITY
-		AS u(id, token, state, stage_index, stage, attempt, rlw, next_at, payload, now, r_has, r_stage, r_class, r_error,
-			r_attempts, r_at, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error, a_started, a_finished, a_delay,
-			a_item, a_run, a_pipeline, ord)),
-	upd AS (
+	// Fencing is by token: an item's token is odd exactly while it is
+	// running (Claim and every way out of running, Complete and Release,
+	// add 1; ClaimExpired adds 2), so "the token is current and odd" is
+	// "the token is current and the item running". The statement has no
+	// condition on the items alone (not state = 'running', not
+	// id = ANY(...)): with statistics taken while nothing ran, the planner
+	// estimated such a scan at one row and rescanned the completions for
+	// each item it found, quadratically. Without one, each completion
+	// probes items_pkey. The UPDATE returns what the attempts need, so they
+	// are inserted without a second join.
+	rows, err := s.pool.Query(ctx, `WITH upd AS (
 		UPDATE `+s.q+`.items i SET state = u.state, stage_index = u.stage_index, stage = u.stage,
 			attempt = u.attempt, rate_limit_waits = u.rlw,
 			next_at = CASE WHEN u.state = 'pending' THEN u.next_at ELSE i.next_at END,
-			payload = coalesce(u.payload, i.payload), lease_owner = '', lease_expires_at = NULL, updated_at = u.now,
+			payload = coalesce(u.payload, i.payload), lease_token = i.lease_token + 1,
+			lease_owner = '', lease_expires_at = NULL, updated_at = u.now,
 			reason_stage = CASE WHEN u.r_has THEN u.r_stage END,
 			reason_class = CASE WHEN u.r_has THEN u.r_class END,
 			reason_error = CASE WHEN u.r_has THEN u.r_error END,
 			reason_attempts = CASE WHEN u.r_has THEN u.r_attempts END,
 			reason_at = CASE WHEN u.r_has THEN u.r_at END
-		FROM u WHERE i.id = ANY($1::bigint[]) AND i.id = u.id AND i.lease_token = u.token AND i.state = 'running'
-		RETURNING i.id, u.token, i.run_id, i.pipeline),
+		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::int[], $7::int[],
+			$8::timestamptz[], $9::bytea[], $10::timestamptz[], $11::bool[], $12::text[], $13::text[], $14::text[],
+			$15::int[], $16::timestamptz[], $17::text[], $18::int[], $19::int[], $20::text[], $21::text[], $22::text[],
+			$23::timestamptz[], $24::timestamptz[], $25::bigint[], $26::bigint[], $27::bigint[], $28::text[]) WITH ORDINALITY
+		AS u(id, token, state, stage_index, stage, attempt, rlw, next_at, payload, now, r_has, r_stage, r_class, r_error,
+			r_attempts, r_at, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error, a_started, a_finished, a_delay,
+			a_item, a_run, a_pipeline, ord)
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1
+		RETURNING i.id, u.token, u.ord, coalesce(nullif(u.a_item, 0), i.id) AS a_item, coalesce(nullif(u.a_run, 0), i.run_id) AS a_run,
+			coalesce(nullif(u.a_pipeline, ''), i.pipeline) AS a_pipeline, u.a_stage, u.a_stage_index, u.a_number, u.a_outcome,
+			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay),
 	ins AS (
 		INSERT INTO `+s.q+`.attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class, error,
 			started_at, finished_at, delay_ns)
-		SELECT coalesce(nullif(u.a_item, 0), upd.id), coalesce(nullif(u.a_run, 0), upd.run_id),
-			coalesce(nullif(u.a_pipeline, ''), upd.pipeline), u.a_stage, u.a_stage_index, u.a_number, u.a_outcome, u.a_class,
-			u.a_error, u.a_started, u.a_finished, u.a_delay
-		FROM upd JOIN u ON u.id = upd.id AND u.token = upd.token ORDER BY u.ord)
+		SELECT a_item, a_run, a_pipeline, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error,
+			a_started, a_finished, a_delay
+		FROM upd ORDER BY ord)
 	SELECT id, token FROM upd`,
 		ids, tokens, states, stageIdx, stages, attempts, rlws, nextAts, payloads, nows, rHas, rStages, rClasses, rErrs,
 		rAttempts, rAts, aStages, aIdx, aNumbers, aOutcomes, aClasses, aErrs, aStarted, aFinished, delays, aItems, aRuns, aPipelines)
@@ -407,5 +445,31 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	if err != nil {
 		return nil, s.fail("complete", err)
 	}
+	if s.completes.Add(1)%foldEvery == 0 {
+		s.foldCounts(ctx)
+	}
 	return applied, nil
+}
+
+// foldEvery is how many Complete calls pass between two foldCounts.
+const foldEvery = 32
+
+// foldThreshold is how many run_counts rows a run may have before
+// foldCounts folds them.
+const foldThreshold = 16
+
+// foldCounts replaces the run_counts rows of each run that has more than
+// foldThreshold of them with one row per state holding their sum, in one
+// statement, so readers see either the rows or their sums. Concurrent
+// folds cannot count a row twice: a row is deleted once, and the sums are
+// of the rows deleted. Only one process folds at a time (the others skip);
+// a failure only leaves the rows for the next fold.
+func (s *Store) foldCounts(ctx context.Context) {
+	_, _ = s.pool.Exec(ctx, `WITH l AS (SELECT pg_try_advisory_xact_lock($1, hashtext($2)) AS ok),
+	d AS (DELETE FROM `+s.q+`.run_counts WHERE (SELECT ok FROM l) AND run_id IN (
+			SELECT run_id FROM `+s.q+`.run_counts GROUP BY run_id HAVING count(*) > $3)
+		RETURNING run_id, state, n)
+	INSERT INTO `+s.q+`.run_counts (run_id, state, n)
+	SELECT run_id, state, sum(n) FROM d GROUP BY run_id, state HAVING sum(n) <> 0`,
+		foldLockClass, s.schema, foldThreshold)
 }
