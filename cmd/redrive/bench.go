@@ -115,8 +115,8 @@ afterwards, unless --pg-schema is given.`,
 	}
 	cmd.Flags().IntVar(&items, "items", 100000, "items to enqueue")
 	cmd.Flags().IntVar(&stages, "stages", 1, "no-op stages in the pipeline")
-	cmd.Flags().IntVar(&workers, "workers", 64, "concurrent workers")
-	cmd.Flags().IntVar(&batch, "batch", 0, "claim batch size (0: the engine's default for --workers)")
+	cmd.Flags().IntVar(&workers, "workers", 32, "concurrent workers")
+	cmd.Flags().IntVar(&batch, "batch", 2000, "claim batch size (0: the engine's default for --workers); large batches suit no-op stages")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	return cmd
