@@ -53,3 +53,15 @@ func BenchmarkDelaySeeded(b *testing.B) {
 	}
 	_ = sum
 }
+
+func BenchmarkDelayNoJitter(b *testing.B) {
+	p := Policy{JitterMode: JitterNone}
+	b.ReportAllocs()
+	var sum int64
+	i := 0
+	for b.Loop() {
+		i++
+		sum += int64(p.Delay(i&7 + 1))
+	}
+	_ = sum
+}
