@@ -2,10 +2,11 @@ package postgres
 
 import (
 	"context"
-	"math/rand/v2"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/redrive/redrive/retry"
 )
 
 // Notifications returns a channel that receives a value when items may have
@@ -29,23 +30,23 @@ func wake(ch chan<- struct{}) {
 	}
 }
 
+// reconnectPolicy spaces the listener's reconnection attempts: 100 ms
+// doubling to 5 s, with equal jitter so that many workers that lost the
+// server together do not reconnect together.
+var reconnectPolicy = retry.Policy{BaseDelay: 100 * time.Millisecond, MaxDelay: 5 * time.Second, JitterMode: retry.JitterEqual}
+
 func (s *Store) listen(ctx context.Context, ch chan<- struct{}) {
 	defer close(ch)
-	const (
-		minBackoff = 100 * time.Millisecond
-		maxBackoff = 5 * time.Second
-	)
-	backoff := minBackoff
+	failures := 0
 	for ctx.Err() == nil {
-		err := s.listenOnce(ctx, ch, func() { backoff = minBackoff })
+		err := s.listenOnce(ctx, ch, func() { failures = 0 })
 		if ctx.Err() != nil {
 			return
 		}
 		_ = err // The engine polls; a listener error only costs latency.
 		// Wait with jitter, waking the workers every PollFallback.
-		d := backoff/2 + rand.N(backoff/2+1)
-		backoff = min(2*backoff, maxBackoff)
-		deadline := time.NewTimer(d)
+		failures++
+		deadline := time.NewTimer(reconnectPolicy.Delay(failures))
 		tick := time.NewTicker(s.opts.PollFallback)
 	wait:
 		for {
