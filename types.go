@@ -211,7 +211,7 @@ func (o RunOptions) Validate() error {
 			return errors.New("redrive: RunOptions." + f.name + " must be between 0 and 1")
 		}
 	}
-	if o.SuccessThreshold != 0 && o.PartialThreshold > o.SuccessThreshold {
+	if d := o.withDefaults(); d.PartialThreshold > d.SuccessThreshold {
 		return errors.New("redrive: RunOptions.PartialThreshold must not exceed SuccessThreshold")
 	}
 	if o.MinItems < 0 {

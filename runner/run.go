@@ -14,8 +14,7 @@ import (
 	"time"
 
 	"github.com/redrive/redrive"
-	"github.com/redrive/redrive/postgres"
-	"github.com/redrive/redrive/sqlite"
+	"github.com/redrive/redrive/storeurl"
 )
 
 // Options configure Execute. Zero values take the stated defaults.
@@ -24,7 +23,7 @@ type Options struct {
 	Input string
 	// DB is the database: "sqlite:PATH", "postgres://..." or a bare path
 	// (SQLite). It names the database in the summary's commands and is
-	// opened with OpenStore unless Store is set. Default DefaultDB
+	// opened with storeurl.Open unless Store is set. Default DefaultDB
 	// ("sqlite:redrive.db", in the current directory, as for every redrive
 	// command).
 	DB string
@@ -68,31 +67,6 @@ const DefaultDB = "sqlite:redrive.db"
 // against the same database resumes the same run.
 func DefaultRunName(s *Spec, input string) string {
 	return s.Name + ":" + filepath.Base(input)
-}
-
-// OpenStore opens the store named by a --db value: "sqlite:PATH",
-// "postgres://..." (or "postgresql://...") or a bare SQLite path.
-func OpenStore(ctx context.Context, db string) (redrive.Store, error) {
-	switch {
-	case strings.HasPrefix(db, "postgres://"), strings.HasPrefix(db, "postgresql://"):
-		s, err := postgres.Open(ctx, db, postgres.Options{})
-		if err != nil {
-			return nil, fmt.Errorf("runner: open database: %w", err)
-		}
-		return s, nil
-	case strings.HasPrefix(db, "sqlite://"):
-		db = strings.TrimPrefix(db, "sqlite://")
-	case strings.HasPrefix(db, "sqlite:"):
-		db = strings.TrimPrefix(db, "sqlite:")
-	}
-	if db == "" {
-		return nil, errors.New("runner: empty database path")
-	}
-	s, err := sqlite.Open(ctx, db)
-	if err != nil {
-		return nil, fmt.Errorf("runner: open database: %w", err)
-	}
-	return s, nil
 }
 
 // Pipeline builds the engine pipeline of a spec. It fails for a stage
@@ -176,8 +150,8 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 	bg := context.WithoutCancel(ctx)
 	store := opts.Store
 	if store == nil {
-		if store, err = OpenStore(bg, opts.DB); err != nil {
-			return nil, err
+		if store, err = storeurl.Open(bg, opts.DB, storeurl.Options{}); err != nil {
+			return nil, fmt.Errorf("runner: open database %s: %w", storeurl.Redact(opts.DB), err)
 		}
 		defer store.Close()
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/postgres"
+	"github.com/redrive/redrive/storeurl"
 )
 
 // benchResult is what `redrive bench` measured.
@@ -72,7 +73,7 @@ afterwards, unless --pg-schema is given.`,
 			}
 			schema := c.Schema
 			dropSchema := false
-			if t.kind == kindPostgres && !cmd.Flags().Changed("pg-schema") {
+			if t.Kind == storeurl.Postgres && !cmd.Flags().Changed("pg-schema") {
 				schema = "redrive_bench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 				dropSchema = true
 			}

@@ -13,6 +13,7 @@ import (
 	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/postgres"
 	"github.com/redrive/redrive/sqlite"
+	"github.com/redrive/redrive/storeurl"
 	"github.com/spf13/cobra"
 )
 
@@ -80,88 +81,23 @@ func addDBFlags(root *cobra.Command) {
 	}
 }
 
-// dbKind is the kind of database a URL names.
-type dbKind int
-
-const (
-	kindSQLite dbKind = iota + 1
-	kindPostgres
-)
-
-// dbTarget is a parsed database URL.
-type dbTarget struct {
-	kind dbKind
-	// path is the SQLite file; url the PostgreSQL connection URL.
-	path, url string
-}
-
 // parseDBURL parses a --db value. It accepts sqlite:PATH, sqlite://PATH,
 // a plain path ending in .db, .sqlite or .sqlite3, and postgres:// or
 // postgresql:// URLs. Errors are usage errors naming --db; they never show a
 // password.
-func parseDBURL(s string) (dbTarget, error) {
-	switch {
-	case s == "":
-		return dbTarget{}, flagErrorf("db", "empty database URL: use sqlite:PATH or postgres://...")
-	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
-		if _, err := url.Parse(s); err != nil {
-			return dbTarget{}, flagErrorf("db", "cannot parse PostgreSQL URL %s", redactURL(s))
-		}
-		return dbTarget{kind: kindPostgres, url: s}, nil
-	case strings.HasPrefix(s, "sqlite://"):
-		p := strings.TrimPrefix(s, "sqlite://")
-		if p == "" {
-			return dbTarget{}, flagErrorf("db", "sqlite:// needs a file path, e.g. sqlite:redrive.db")
-		}
-		return dbTarget{kind: kindSQLite, path: p}, nil
-	case strings.HasPrefix(s, "sqlite:"):
-		p := strings.TrimPrefix(s, "sqlite:")
-		if p == "" {
-			return dbTarget{}, flagErrorf("db", "sqlite: needs a file path, e.g. sqlite:redrive.db")
-		}
-		return dbTarget{kind: kindSQLite, path: p}, nil
-	case !strings.Contains(s, "://") && (strings.HasSuffix(s, ".db") || strings.HasSuffix(s, ".sqlite") || strings.HasSuffix(s, ".sqlite3")):
-		return dbTarget{kind: kindSQLite, path: s}, nil
-	}
-	return dbTarget{}, flagErrorf("db", "unsupported database URL %q: use sqlite:PATH, a *.db file, or postgres://...", redactURL(s))
-}
-
-// redactURL returns s with any password replaced by "xxxxx", both in the
-// user information and in a password query parameter.
-func redactURL(s string) string {
-	u, err := url.Parse(s)
-	if err != nil || u.Scheme == "" {
-		// Not a URL we can take apart: hide everything after a colon
-		// that could be a password.
-		if i := strings.Index(s, "@"); i >= 0 {
-			return "xxxxx" + s[i:]
-		}
-		return s
-	}
-	q := u.Query()
-	if q.Has("password") {
-		q.Set("password", "xxxxx")
-		u.RawQuery = q.Encode()
-	}
-	return u.Redacted()
-}
-
-// secretsOf returns the secrets contained in a database URL (its password),
-// so that they can be scrubbed from any message.
-func secretsOf(s string) []string {
-	u, err := url.Parse(s)
+func parseDBURL(s string) (storeurl.Target, error) {
+	t, err := storeurl.Parse(s)
 	if err != nil {
-		return nil
+		return t, flagErrorf("db", "%s", strings.TrimPrefix(err.Error(), "storeurl: "))
 	}
-	var out []string
-	if p, ok := u.User.Password(); ok && p != "" {
-		out = append(out, p)
-	}
-	if p := u.Query().Get("password"); p != "" {
-		out = append(out, p)
-	}
-	return out
+	return t, nil
 }
+
+// redactURL returns s with any password replaced by "xxxxx".
+func redactURL(s string) string { return storeurl.Redact(s) }
+
+// secretsOf returns the passwords in a database URL, to scrub from messages.
+func secretsOf(s string) []string { return storeurl.Secrets(s) }
 
 // scrub replaces every secret in msg with "xxxxx".
 func scrub(msg string, secrets ...string) string {
@@ -210,23 +146,23 @@ func openStoreWith(ctx context.Context, dbURL string, o openOptions) (redrive.St
 	if o.Schema == "" {
 		o.Schema = defaultPGSchema
 	}
-	switch t.kind {
-	case kindSQLite:
+	switch t.Kind {
+	case storeurl.SQLite:
 		if o.MustExist {
-			if _, err := os.Stat(t.path); errors.Is(err, fs.ErrNotExist) {
-				return nil, nil, fmt.Errorf("database file %s does not exist: check --db or %s, or run `redrive migrate up` to create it", t.path, envDatabaseURL)
+			if _, err := os.Stat(t.Path); errors.Is(err, fs.ErrNotExist) {
+				return nil, nil, fmt.Errorf("database file %s does not exist: check --db or %s, or run `redrive migrate up` to create it", t.Path, envDatabaseURL)
 			}
 		}
-		s, err := sqlite.Open(ctx, t.path)
+		s, err := sqlite.Open(ctx, t.Path)
 		if err != nil {
-			return nil, nil, fmt.Errorf("open %s: %w", t.path, err)
+			return nil, nil, fmt.Errorf("open %s: %w", t.Path, err)
 		}
 		return s, s.Close, nil
-	case kindPostgres:
-		secrets := secretsOf(t.url)
-		s, err := postgres.Open(ctx, t.url, postgres.Options{Schema: o.Schema})
+	case storeurl.Postgres:
+		secrets := secretsOf(t.URL)
+		s, err := postgres.Open(ctx, t.URL, postgres.Options{Schema: o.Schema})
 		if err != nil {
-			return nil, nil, fmt.Errorf("connect to %s: %s", redactURL(t.url), scrub(err.Error(), secrets...))
+			return nil, nil, fmt.Errorf("connect to %s: %s", redactURL(t.URL), scrub(err.Error(), secrets...))
 		}
 		if o.Migrate {
 			if err := s.Migrate(ctx); err != nil {
@@ -248,7 +184,7 @@ func openStoreWith(ctx context.Context, dbURL string, o openOptions) (redrive.St
 			}
 			if pending > 0 {
 				s.Close()
-				return nil, nil, fmt.Errorf("schema %q of %s lacks %d of %d migrations: %s (with the same --db and --pg-schema)", o.Schema, redactURL(t.url), pending, len(ms), migrateFirstHint)
+				return nil, nil, fmt.Errorf("schema %q of %s lacks %d of %d migrations: %s (with the same --db and --pg-schema)", o.Schema, redactURL(t.URL), pending, len(ms), migrateFirstHint)
 			}
 		}
 		return s, s.Close, nil

@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 
+	"github.com/redrive/redrive/storeurl"
 	"github.com/spf13/cobra"
 )
 
@@ -33,7 +34,7 @@ processes may run this at once, each migration applies once.`,
 		// On PostgreSQL, look before migrating so that we can say what was
 		// applied. SQLite migrates on open, so there we report the state.
 		before := map[int]bool{}
-		if t.kind == kindPostgres {
+		if t.Kind == storeurl.Postgres {
 			s, closeFn, err := openStoreWith(ctx, c.URL, openOptions{Schema: c.Schema, AllowUnmigrated: true})
 			if err != nil {
 				return err
@@ -66,7 +67,7 @@ processes may run this at once, each migration applies once.`,
 			}
 		}
 		fmt.Fprintf(cmd.OutOrStdout(), "database %s is up to date (%d migrations)\n", redactURL(c.URL), len(ms))
-		if t.kind == kindPostgres {
+		if t.Kind == storeurl.Postgres {
 			fmt.Fprintf(cmd.OutOrStdout(), "applied %d migrations to schema %q\n", applied, c.Schema)
 		}
 		return nil
