@@ -40,6 +40,10 @@ type engine struct {
 	aborted  map[int64]string // run ID -> abort reason
 	breakers map[StageKey]retry.BreakerState
 
+	stopOnce sync.Once
+	stopped  chan struct{} // closed when a Stop has finished
+	stopErr  error
+
 	claimers  sync.WaitGroup
 	workers   sync.WaitGroup
 	completer sync.WaitGroup
@@ -78,6 +82,7 @@ func (c *Client) Start(ctx context.Context) error {
 		aborted:   map[int64]string{},
 		breakers:  map[StageKey]retry.BreakerState{},
 		wakeCh:    make(chan struct{}, 1),
+		stopped:   make(chan struct{}),
 	}
 	for n, p := range c.pipelines {
 		e.pipelines[n] = p
@@ -151,6 +156,28 @@ func (c *Client) Stop(ctx context.Context) error {
 	if e == nil {
 		return ErrNotStarted
 	}
+	// Concurrent calls (say, Start's context ending while the program
+	// stops the client) stop it once; the others wait for that stop.
+	first := false
+	e.stopOnce.Do(func() {
+		first = true
+		e.stopErr = e.stop(ctx)
+		c.mu.Lock()
+		c.eng = nil
+		c.mu.Unlock()
+		close(e.stopped)
+	})
+	if !first {
+		select {
+		case <-e.stopped:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	return e.stopErr
+}
+
+func (e *engine) stop(ctx context.Context) error {
 	e.stopClaim()
 	// Completions still being written when ctx ends get a short grace;
 	// after it, an unreachable store cannot hold Stop: those items' leases
@@ -186,9 +213,6 @@ func (c *Client) Stop(ctx context.Context) error {
 		err = e.store.Release(rctx, refs, e.cfg.Now())
 		cancel()
 	}
-	c.mu.Lock()
-	c.eng = nil
-	c.mu.Unlock()
 	if err != nil {
 		return fmt.Errorf("redrive: stop: release leases: %w", err)
 	}

@@ -679,3 +679,40 @@ func TestRunCanceledFromAnotherProcessSettles(t *testing.T) {
 		}
 	})
 }
+
+func TestConcurrentStopsStopOnce(t *testing.T) {
+	s := openStore(t)
+	p := redrive.Pipeline{Name: "stop", Stages: []redrive.Stage{{Name: "s", Handle: func(_ context.Context, it *redrive.Item) ([]byte, error) {
+		return it.Payload, nil
+	}}}}
+	ctx, cancel := context.WithCancel(context.Background())
+	c := redrive.NewClient(s, testConfig(nil))
+	if err := c.Register(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Start(ctx); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 4)
+	for i := range errs {
+		wg.Go(func() { errs[i] = c.Stop(context.Background()) })
+	}
+	cancel() // Start's context ending stops the client too
+	wg.Wait()
+	for i, err := range errs {
+		if err != nil && !errors.Is(err, redrive.ErrNotStarted) {
+			t.Fatalf("Stop %d: %v", i, err)
+		}
+	}
+	if err := c.Stop(context.Background()); !errors.Is(err, redrive.ErrNotStarted) {
+		t.Fatalf("Stop after stop: %v, want ErrNotStarted", err)
+	}
+	// The client can start again.
+	if err := c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Stop(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+}
