@@ -161,6 +161,10 @@ func (c *Client) Redrive(ctx context.Context, f ItemFilter, o RedriveOptions) (i
 	return n, nil
 }
 
+// ErrRunNotRunning is returned (wrapped) by CancelRun for a run that has
+// already finished or was aborted.
+var ErrRunNotRunning = errors.New("redrive: run is not running")
+
 // CancelRun cancels the pending items of a run with reason and marks the
 // run aborted. Running items finish their attempt; what they would move on
 // to is canceled too.
@@ -169,8 +173,10 @@ func (c *Client) CancelRun(ctx context.Context, runID int64, reason string) (int
 		reason = "canceled by an operator"
 	}
 	now := c.cfg.Now()
-	if err := c.store.SetRunStatus(ctx, runID, RunAborted, reason, now); err != nil {
+	if ok, err := c.store.FinishRun(ctx, runID, RunAborted, reason, now); err != nil {
 		return 0, fmt.Errorf("redrive: cancel run %d: %w", runID, err)
+	} else if !ok {
+		return 0, fmt.Errorf("redrive: cancel run %d: %w", runID, ErrRunNotRunning)
 	}
 	c.mu.Lock()
 	if c.eng != nil {

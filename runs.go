@@ -121,9 +121,11 @@ func (e *engine) abort(ctx context.Context, r Run, reason string) {
 	e.mu.Lock()
 	e.aborted[r.ID] = reason
 	e.mu.Unlock()
-	if err := e.store.SetRunStatus(ctx, r.ID, RunAborted, reason, now); err != nil {
-		e.log.Warn("redrive: aborting run failed", "run", r.ID, "err", err)
-		return
+	if ok, err := e.store.FinishRun(ctx, r.ID, RunAborted, reason, now); err != nil || !ok {
+		if err != nil {
+			e.log.Warn("redrive: aborting run failed", "run", r.ID, "err", err)
+		}
+		return // or another process finished or aborted it first
 	}
 	n, err := e.store.CancelPending(ctx, ItemFilter{RunID: r.ID, States: []State{StatePending}},
 		Reason{Class: ClassCanceled, Error: reason, At: now})
@@ -140,9 +142,11 @@ func (e *engine) abort(ctx context.Context, r Run, reason string) {
 
 func (e *engine) finish(ctx context.Context, r Run, status RunStatus, reason string) {
 	now := e.cfg.Now()
-	if err := e.store.SetRunStatus(ctx, r.ID, status, reason, now); err != nil {
-		e.log.Warn("redrive: finishing run failed", "run", r.ID, "err", err)
-		return
+	if ok, err := e.store.FinishRun(ctx, r.ID, status, reason, now); err != nil || !ok {
+		if err != nil {
+			e.log.Warn("redrive: finishing run failed", "run", r.ID, "err", err)
+		}
+		return // or another process finished it first: one RunFinished per run
 	}
 	r.Status, r.Reason, r.FinishedAt = status, reason, now
 	e.log.Info("redrive: run finished", "run", r.ID, "pipeline", r.Pipeline, "status", string(status),

@@ -54,6 +54,11 @@ type Store interface {
 	// SetRunStatus sets the status of a run, its finish time and reason.
 	// With status running it reopens a finished run (after a redrive).
 	SetRunStatus(ctx context.Context, id int64, status RunStatus, reason string, at time.Time) error
+	// FinishRun sets the final status (not running) of a run that is
+	// running, its finish time and reason, and reports whether it did:
+	// false when the run had already left running, because another
+	// process finished or aborted it first.
+	FinishRun(ctx context.Context, id int64, status RunStatus, reason string, at time.Time) (bool, error)
 	// CancelPending cancels the pending items selected by f with reason r
 	// and returns how many it canceled.
 	CancelPending(ctx context.Context, f ItemFilter, r Reason) (int, error)

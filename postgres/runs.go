@@ -174,3 +174,25 @@ func (s *Store) SetRunStatus(ctx context.Context, id int64, status redrive.RunSt
 	}
 	return nil
 }
+
+// FinishRun sets a running run's final status, finish time and reason, and
+// reports whether it did; see redrive.Store.
+func (s *Store) FinishRun(ctx context.Context, id int64, status redrive.RunStatus, reason string, at time.Time) (bool, error) {
+	switch status {
+	case redrive.RunCompleted, redrive.RunPartialSuccess, redrive.RunFailed, redrive.RunAborted:
+	default:
+		return false, fmt.Errorf("postgres: finish run: %q is not a final status", status)
+	}
+	var done, exists bool
+	err := s.pool.QueryRow(ctx, `WITH upd AS (
+		UPDATE `+s.q+`.runs SET status = $2, reason = $3, finished_at = $4 WHERE id = $1 AND status = 'running' RETURNING id)
+	SELECT EXISTS (SELECT 1 FROM upd), EXISTS (SELECT 1 FROM `+s.q+`.runs WHERE id = $1)`,
+		id, string(status), reason, at).Scan(&done, &exists)
+	if err != nil {
+		return false, s.fail("finish run", err)
+	}
+	if !exists {
+		return false, fmt.Errorf("postgres: finish run %d: %w", id, redrive.ErrNotFound)
+	}
+	return done, nil
+}

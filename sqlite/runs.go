@@ -209,3 +209,35 @@ func (s *Store) SetRunStatus(ctx context.Context, id int64, status redrive.RunSt
 		return nil
 	})
 }
+
+// FinishRun sets a running run's final status, finish time and reason, and
+// reports whether it did; see redrive.Store.
+func (s *Store) FinishRun(ctx context.Context, id int64, status redrive.RunStatus, reason string, at time.Time) (bool, error) {
+	switch status {
+	case redrive.RunCompleted, redrive.RunPartialSuccess, redrive.RunFailed, redrive.RunAborted:
+	default:
+		return false, fmt.Errorf("sqlite: finish run: %q is not a final status", status)
+	}
+	done := false
+	err := s.writeTx(ctx, "finish run", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `UPDATE runs SET status = ?, finished_at = ?, reason = ? WHERE id = ? AND status = 'running'`,
+			string(status), tn(at), reason, id)
+		if err != nil {
+			return err
+		}
+		if n, err := res.RowsAffected(); err != nil {
+			return err
+		} else if n == 1 {
+			done = true
+			return nil
+		}
+		var one int
+		if err := tx.QueryRowContext(ctx, `SELECT 1 FROM runs WHERE id = ?`, id).Scan(&one); errors.Is(err, sql.ErrNoRows) {
+			return fmt.Errorf("run %d: %w", id, redrive.ErrNotFound)
+		} else if err != nil {
+			return err
+		}
+		return nil
+	})
+	return done, err
+}

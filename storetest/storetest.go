@@ -42,6 +42,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -73,6 +74,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"CompleteBatch", testCompleteBatch},
 		{"CountsAddUp", testCountsAddUp},
 		{"SetRunStatus", testSetRunStatus},
+		{"FinishRun", testFinishRun},
 		{"ListRuns", testListRuns},
 		{"CancelPending", testCancelPending},
 		{"ListItemsFilters", testListItemsFilters},
@@ -1028,6 +1030,47 @@ func testSetRunStatus(h *h) {
 	h.equalTime("FinishedAt", got.FinishedAt, at(3*time.Hour))
 	if err := h.s.SetRunStatus(h.ctx, 424242, redrive.RunCompleted, "", Base); err == nil {
 		h.Errorf("SetRunStatus of a missing run succeeded")
+	}
+}
+
+// FinishRun finishes a running run once: of processes racing to finish
+// it, exactly one succeeds, so one RunFinished event is sent.
+func testFinishRun(h *h) {
+	r := h.run("p", "")
+	var wins atomic.Int32
+	var wg sync.WaitGroup
+	for i := range 8 {
+		wg.Go(func() {
+			status := redrive.RunCompleted
+			if i%2 == 1 {
+				status = redrive.RunAborted
+			}
+			ok, err := h.s.FinishRun(h.ctx, r.ID, status, "reason", at(time.Hour))
+			if err != nil {
+				h.Error(err)
+			}
+			if ok {
+				wins.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if wins.Load() != 1 {
+		h.Fatalf("%d of 8 concurrent FinishRun calls won, want exactly 1", wins.Load())
+	}
+	got := h.getRun(r.ID)
+	if got.Status != redrive.RunCompleted && got.Status != redrive.RunAborted {
+		h.Errorf("status = %s", got.Status)
+	}
+	h.equalTime("FinishedAt", got.FinishedAt, at(time.Hour))
+	if ok, err := h.s.FinishRun(h.ctx, r.ID, redrive.RunFailed, "", at(2*time.Hour)); ok || err != nil {
+		h.Errorf("FinishRun of a finished run = %v, %v; want false, nil", ok, err)
+	}
+	if _, err := h.s.FinishRun(h.ctx, r.ID, redrive.RunRunning, "", Base); err == nil {
+		h.Errorf("FinishRun to running succeeded")
+	}
+	if _, err := h.s.FinishRun(h.ctx, 424242, redrive.RunCompleted, "", Base); !errors.Is(err, redrive.ErrNotFound) {
+		h.Errorf("FinishRun of a missing run: %v, want ErrNotFound", err)
 	}
 }
 
