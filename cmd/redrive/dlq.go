@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -59,43 +60,22 @@ func newDLQListCmd() *cobra.Command {
 	ff.add(cmd, 100, "0 means no limit", dlqStateHelp)
 	asJSON := addJSONFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		f, err := ff.filter(time.Now())
-		if err != nil {
-			return err
-		}
-		s, closeFn, err := storeFor(cmd)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		items, err := listItems(cmd.Context(), s, f)
-		if err != nil {
-			return err
-		}
-		w := cmd.OutOrStdout()
-		if *asJSON {
-			if items == nil {
-				items = []redrive.Item{}
-			}
-			return writeJSON(w, items)
-		}
-		t := newTable(w, "ID", "RUN", "PIPELINE", "KEY", "STATE", "STAGE", "CLASS", "ATTEMPTS", "AT", "ERROR")
-		for _, it := range items {
-			r := it.Reason
-			if r == nil {
-				r = &redrive.Reason{Stage: it.Stage}
-			}
-			t.row(it.ID, it.RunID, it.Pipeline, truncate(it.Key, 24), it.State, r.Stage, r.Class, r.Attempts, fmtTime(r.At), truncate(r.Error, 60))
-		}
-		if err := t.flush(); err != nil {
-			return err
-		}
-		if len(items) == 0 {
-			fmt.Fprintln(w, "(no items match)")
-		}
-		return nil
+		return printItems(cmd, ff, *asJSON, writeDLQTable)
 	}
 	return cmd
+}
+
+// writeDLQTable prints dead items, one per row, with their reason.
+func writeDLQTable(w io.Writer, items []redrive.Item) error {
+	t := newTable(w, "ID", "RUN", "PIPELINE", "KEY", "STATE", "STAGE", "CLASS", "ATTEMPTS", "AT", "ERROR")
+	for _, it := range items {
+		r := it.Reason
+		if r == nil {
+			r = &redrive.Reason{Stage: it.Stage}
+		}
+		t.row(it.ID, it.RunID, it.Pipeline, truncate(it.Key, 24), it.State, r.Stage, r.Class, r.Attempts, fmtTime(r.At), truncate(r.Error, 60))
+	}
+	return t.flush()
 }
 
 func newDLQShowCmd() *cobra.Command {
@@ -107,12 +87,9 @@ func newDLQShowCmd() *cobra.Command {
 	asJSON := addJSONFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		id, _ := parseID(args[0])
-		s, closeFn, err := storeFor(cmd)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		return showItem(cmd, s, id, *asJSON, []redrive.State{redrive.StateDead, redrive.StateCanceled})
+		return withStore(cmd, func(_ context.Context, s redrive.Store) error {
+			return showItem(cmd, s, id, *asJSON, []redrive.State{redrive.StateDead, redrive.StateCanceled})
+		})
 	}
 	return cmd
 }
@@ -140,37 +117,33 @@ interrupted export leaves no partial file). The count goes to stderr.`,
 		if cmd.Flags().Changed("out") && out == "" {
 			return flagErrorf("out", "empty file name: give a path, or leave --out out for stdout")
 		}
-		s, closeFn, err := storeFor(cmd)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		ctx := cmd.Context()
-		if out == "" || out == "-" {
-			n, err := redrive.Export(ctx, s, f, cmd.OutOrStdout())
+		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+			if out == "" || out == "-" {
+				n, err := redrive.Export(ctx, s, f, cmd.OutOrStdout())
+				if err != nil {
+					return dlqErr("export", err)
+				}
+				fmt.Fprintf(cmd.ErrOrStderr(), "exported %s\n", nItems(n))
+				return nil
+			}
+			tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*.tmp")
 			if err != nil {
+				return fmt.Errorf("export: %w", err)
+			}
+			n, err := redrive.Export(ctx, s, f, tmp)
+			if cerr := tmp.Close(); err == nil && cerr != nil {
+				err = fmt.Errorf("export: %w", cerr)
+			}
+			if err == nil {
+				err = os.Rename(tmp.Name(), out)
+			}
+			if err != nil {
+				os.Remove(tmp.Name())
 				return dlqErr("export", err)
 			}
-			fmt.Fprintf(cmd.ErrOrStderr(), "exported %s\n", nItems(n))
+			fmt.Fprintf(cmd.ErrOrStderr(), "exported %s to %s\n", nItems(n), out)
 			return nil
-		}
-		tmp, err := os.CreateTemp(filepath.Dir(out), "."+filepath.Base(out)+".*.tmp")
-		if err != nil {
-			return fmt.Errorf("export: %w", err)
-		}
-		n, err := redrive.Export(ctx, s, f, tmp)
-		if cerr := tmp.Close(); err == nil && cerr != nil {
-			err = fmt.Errorf("export: %w", cerr)
-		}
-		if err == nil {
-			err = os.Rename(tmp.Name(), out)
-		}
-		if err != nil {
-			os.Remove(tmp.Name())
-			return dlqErr("export", err)
-		}
-		fmt.Fprintf(cmd.ErrOrStderr(), "exported %s to %s\n", nItems(n), out)
-		return nil
+		})
 	}
 	return cmd
 }
@@ -300,27 +273,23 @@ dependency that just recovered is not hit by the whole backlog at once.`,
 		if rate < 0 {
 			return flagErrorf("rate", "%g is negative: give items per second, or 0 for all at once", rate)
 		}
-		s, closeFn, err := storeFor(cmd)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		ctx := cmd.Context()
-		n, err := redrive.Redrive(ctx, s, f, redrive.RedriveOptions{DryRun: true})
-		if err != nil {
-			return dlqErr("redrive", err)
-		}
-		if c.dryRun || n == 0 {
+		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+			n, err := redrive.Redrive(ctx, s, f, redrive.RedriveOptions{DryRun: true})
+			if err != nil {
+				return dlqErr("redrive", err)
+			}
+			if c.dryRun || n == 0 {
+				return reportChange(cmd, c, "redrive", "redriven", n, f)
+			}
+			if err := confirm(cmd, c, "redriven", n, f); err != nil {
+				return err
+			}
+			n, err = redrive.Redrive(ctx, s, f, redrive.RedriveOptions{Rate: rate, Now: time.Now()})
+			if err != nil {
+				return dlqErr("redrive", err)
+			}
 			return reportChange(cmd, c, "redrive", "redriven", n, f)
-		}
-		if err := confirm(cmd, c, "redriven", n, f); err != nil {
-			return err
-		}
-		n, err = redrive.Redrive(ctx, s, f, redrive.RedriveOptions{Rate: rate, Now: time.Now()})
-		if err != nil {
-			return dlqErr("redrive", err)
-		}
-		return reportChange(cmd, c, "redrive", "redriven", n, f)
+		})
 	}
 	return cmd
 }
@@ -344,27 +313,23 @@ their attempt history. This cannot be undone: export them first
 		if err != nil {
 			return err
 		}
-		s, closeFn, err := storeFor(cmd)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		ctx := cmd.Context()
-		n, err := redrive.Purge(ctx, s, f, true)
-		if err != nil {
-			return dlqErr("purge", err)
-		}
-		if c.dryRun || n == 0 {
+		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+			n, err := redrive.Purge(ctx, s, f, true)
+			if err != nil {
+				return dlqErr("purge", err)
+			}
+			if c.dryRun || n == 0 {
+				return reportChange(cmd, c, "purge", "purged", n, f)
+			}
+			if err := confirm(cmd, c, "purged", n, f); err != nil {
+				return err
+			}
+			n, err = redrive.Purge(ctx, s, f, false)
+			if err != nil {
+				return dlqErr("purge", err)
+			}
 			return reportChange(cmd, c, "purge", "purged", n, f)
-		}
-		if err := confirm(cmd, c, "purged", n, f); err != nil {
-			return err
-		}
-		n, err = redrive.Purge(ctx, s, f, false)
-		if err != nil {
-			return dlqErr("purge", err)
-		}
-		return reportChange(cmd, c, "purge", "purged", n, f)
+		})
 	}
 	return cmd
 }

@@ -206,28 +206,39 @@ func newItemsListCmd() *cobra.Command {
 	ff.add(cmd, 100, "0 means no limit", "only items in these states (pending, running, succeeded, dead, canceled; comma-separated or repeated)")
 	asJSON := addJSONFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
-		f, err := ff.filter(time.Now())
+		return printItems(cmd, &ff, *asJSON, writeItemsTable)
+	}
+	return cmd
+}
+
+// printItems lists the items that ff selects and prints them as JSON or, by
+// default, with writeTable. `items list` and `dlq list` select and print
+// items the same way and differ only in their table's columns.
+func printItems(cmd *cobra.Command, ff *filterFlags, asJSON bool, writeTable func(io.Writer, []redrive.Item) error) error {
+	f, err := ff.filter(time.Now())
+	if err != nil {
+		return err
+	}
+	return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+		items, err := listItems(ctx, s, f)
 		if err != nil {
 			return err
 		}
-		s, closeFn, err := storeFor(cmd)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		items, err := listItems(cmd.Context(), s, f)
-		if err != nil {
-			return err
-		}
-		if *asJSON {
+		w := cmd.OutOrStdout()
+		if asJSON {
 			if items == nil {
 				items = []redrive.Item{}
 			}
-			return writeJSON(cmd.OutOrStdout(), items)
+			return writeJSON(w, items)
 		}
-		return writeItemsTable(cmd.OutOrStdout(), items)
-	}
-	return cmd
+		if err := writeTable(w, items); err != nil {
+			return err
+		}
+		if len(items) == 0 {
+			fmt.Fprintln(w, "(no items match)")
+		}
+		return nil
+	})
 }
 
 // writeItemsTable prints items, one per row, with their reason if any.
@@ -240,13 +251,7 @@ func writeItemsTable(w io.Writer, items []redrive.Item) error {
 		}
 		t.row(it.ID, it.RunID, it.Pipeline, truncate(it.Key, 24), it.Stage, it.State, it.Attempt, fmtTime(it.UpdatedAt), class, truncate(msg, 60))
 	}
-	if err := t.flush(); err != nil {
-		return err
-	}
-	if len(items) == 0 {
-		fmt.Fprintln(w, "(no items match)")
-	}
-	return nil
+	return t.flush()
 }
 
 func newItemsShowCmd() *cobra.Command {
@@ -261,12 +266,9 @@ after it before the next attempt.`,
 	asJSON := addJSONFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		id, _ := parseID(args[0])
-		s, closeFn, err := storeFor(cmd)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		return showItem(cmd, s, id, *asJSON, nil)
+		return withStore(cmd, func(_ context.Context, s redrive.Store) error {
+			return showItem(cmd, s, id, *asJSON, nil)
+		})
 	}
 	return cmd
 }

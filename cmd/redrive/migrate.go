@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/redrive/redrive/storeurl"
@@ -12,6 +13,18 @@ func newMigrateCmd() *cobra.Command {
 	cmd := newGroupCmd("migrate", "Create or upgrade the database schema, or show its migrations")
 	cmd.AddCommand(newMigrateUpCmd(), newMigrateStatusCmd())
 	return cmd
+}
+
+// readMigrations opens the store at dbURL with o, lists its migrations and
+// closes it again. Both migrate commands only need the list, and `migrate up`
+// reads it twice on PostgreSQL: before and after migrating.
+func readMigrations(ctx context.Context, dbURL string, o openOptions) ([]migrationRow, error) {
+	s, closeFn, err := openStoreWith(ctx, dbURL, o)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	return migrationStatus(ctx, s)
 }
 
 func newMigrateUpCmd() *cobra.Command {
@@ -35,12 +48,7 @@ processes may run this at once, each migration applies once.`,
 		// applied. SQLite migrates on open, so there we report the state.
 		before := map[int]bool{}
 		if t.Kind == storeurl.Postgres {
-			s, closeFn, err := openStoreWith(ctx, c.URL, openOptions{Schema: c.Schema, AllowUnmigrated: true})
-			if err != nil {
-				return err
-			}
-			ms, err := migrationStatus(ctx, s)
-			closeFn()
+			ms, err := readMigrations(ctx, c.URL, openOptions{Schema: c.Schema, AllowUnmigrated: true})
 			if err != nil {
 				return err
 			}
@@ -48,12 +56,7 @@ processes may run this at once, each migration applies once.`,
 				before[m.Version] = m.Applied
 			}
 		}
-		s, closeFn, err := openStoreWith(ctx, c.URL, openOptions{Schema: c.Schema, Migrate: true})
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		ms, err := migrationStatus(ctx, s)
+		ms, err := readMigrations(ctx, c.URL, openOptions{Schema: c.Schema, Migrate: true})
 		if err != nil {
 			return err
 		}
@@ -85,12 +88,7 @@ func newMigrateStatusCmd() *cobra.Command {
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		ctx := cmd.Context()
 		c := dbConfigFrom(ctx)
-		s, closeFn, err := openStoreWith(ctx, c.URL, openOptions{Schema: c.Schema, AllowUnmigrated: true, MustExist: true})
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		ms, err := migrationStatus(ctx, s)
+		ms, err := readMigrations(ctx, c.URL, openOptions{Schema: c.Schema, AllowUnmigrated: true, MustExist: true})
 		if err != nil {
 			return err
 		}

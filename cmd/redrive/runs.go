@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -40,35 +41,32 @@ func newRunsListCmd() *cobra.Command {
 		if limit < 1 || limit > 1000 {
 			return flagErrorf("limit", "%d is out of range: give 1 to 1000", limit)
 		}
-		s, closeFn, err := storeFor(cmd)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		runs, err := s.ListRuns(cmd.Context(), f)
-		if err != nil {
-			return fmt.Errorf("list runs: %w", err)
-		}
-		if *asJSON {
-			out := make([]runJSON, len(runs))
-			for i, r := range runs {
-				out[i] = runJSON{Run: r, SuccessRate: r.SuccessRate()}
+		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+			runs, err := s.ListRuns(ctx, f)
+			if err != nil {
+				return fmt.Errorf("list runs: %w", err)
 			}
-			return writeJSON(cmd.OutOrStdout(), out)
-		}
-		w := cmd.OutOrStdout()
-		t := newTable(w, "ID", "PIPELINE", "NAME", "STATUS", "TOTAL", "SUCCEEDED", "DEAD", "CANCELED", "PENDING", "RUNNING", "SUCCESS", "CREATED")
-		for _, r := range runs {
-			c := r.Counts
-			t.row(r.ID, r.Pipeline, r.Name, r.Status, c.Total, c.Succeeded, c.Dead, c.Canceled, c.Pending, c.Running, fmtPct(r.SuccessRate()), fmtTime(r.CreatedAt))
-		}
-		if err := t.flush(); err != nil {
-			return err
-		}
-		if len(runs) == 0 {
-			fmt.Fprintln(w, "(no runs match)")
-		}
-		return nil
+			if *asJSON {
+				out := make([]runJSON, len(runs))
+				for i, r := range runs {
+					out[i] = runJSON{Run: r, SuccessRate: r.SuccessRate()}
+				}
+				return writeJSON(cmd.OutOrStdout(), out)
+			}
+			w := cmd.OutOrStdout()
+			t := newTable(w, "ID", "PIPELINE", "NAME", "STATUS", "TOTAL", "SUCCEEDED", "DEAD", "CANCELED", "PENDING", "RUNNING", "SUCCESS", "CREATED")
+			for _, r := range runs {
+				c := r.Counts
+				t.row(r.ID, r.Pipeline, r.Name, r.Status, c.Total, c.Succeeded, c.Dead, c.Canceled, c.Pending, c.Running, fmtPct(r.SuccessRate()), fmtTime(r.CreatedAt))
+			}
+			if err := t.flush(); err != nil {
+				return err
+			}
+			if len(runs) == 0 {
+				fmt.Fprintln(w, "(no runs match)")
+			}
+			return nil
+		})
 	}
 	return cmd
 }
@@ -104,61 +102,57 @@ func newRunsShowCmd() *cobra.Command {
 	asJSON := addJSONFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
 		id, _ := parseID(args[0])
-		s, closeFn, err := storeFor(cmd)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		ctx := cmd.Context()
-		r, err := s.GetRun(ctx, id)
-		if err != nil {
-			return fmt.Errorf("run %d: %w", id, err)
-		}
-		hist, err := s.RetryHistogram(ctx, id)
-		if err != nil {
-			return fmt.Errorf("retry histogram of run %d: %w", id, err)
-		}
-		top, err := s.TopErrors(ctx, redrive.ErrorFilter{RunID: id})
-		if err != nil {
-			return fmt.Errorf("top errors of run %d: %w", id, err)
-		}
-		if hist == nil {
-			hist = []redrive.HistogramBucket{}
-		}
-		if top == nil {
-			top = []redrive.ErrorCount{}
-		}
-		w := cmd.OutOrStdout()
-		if *asJSON {
-			return writeJSON(w, runDetail{Run: runJSON{Run: r, SuccessRate: r.SuccessRate()}, RetryHistogram: hist, TopErrors: top})
-		}
-		c := r.Counts
-		o := r.Options
-		pairs := []any{
-			"Run", r.ID,
-			"Pipeline", r.Pipeline,
-			"Name", cell(r.Name),
-			"Status", r.Status,
-			"Created", fmtTime(r.CreatedAt),
-			"Finished", fmtTime(r.FinishedAt),
-		}
-		if r.Reason != "" {
-			pairs = append(pairs, "Reason", cell(r.Reason))
-		}
-		pairs = append(pairs,
-			"Items", fmt.Sprintf("%d = %d succeeded + %d dead + %d canceled + %d pending + %d running", c.Total, c.Succeeded, c.Dead, c.Canceled, c.Pending, c.Running),
-			"Success rate", fmt.Sprintf("%s (%d of %d)", fmtPct(r.SuccessRate()), c.Succeeded, c.Total),
-			"Options", fmt.Sprintf("success threshold %s, partial threshold %s, failure budget %s, min items %s",
-				orDefault(o.SuccessThreshold, redrive.DefaultSuccessThreshold), orDefault(o.PartialThreshold, redrive.DefaultPartialThreshold),
-				budget(o.FailureBudget), minItems(o.MinItems)),
-		)
-		if err := kv(w, pairs...); err != nil {
-			return err
-		}
-		if err := writeHistogram(w, hist); err != nil {
-			return err
-		}
-		return writeTopErrors(w, top)
+		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+			r, err := s.GetRun(ctx, id)
+			if err != nil {
+				return fmt.Errorf("run %d: %w", id, err)
+			}
+			hist, err := s.RetryHistogram(ctx, id)
+			if err != nil {
+				return fmt.Errorf("retry histogram of run %d: %w", id, err)
+			}
+			top, err := s.TopErrors(ctx, redrive.ErrorFilter{RunID: id})
+			if err != nil {
+				return fmt.Errorf("top errors of run %d: %w", id, err)
+			}
+			if hist == nil {
+				hist = []redrive.HistogramBucket{}
+			}
+			if top == nil {
+				top = []redrive.ErrorCount{}
+			}
+			w := cmd.OutOrStdout()
+			if *asJSON {
+				return writeJSON(w, runDetail{Run: runJSON{Run: r, SuccessRate: r.SuccessRate()}, RetryHistogram: hist, TopErrors: top})
+			}
+			c := r.Counts
+			o := r.Options
+			pairs := []any{
+				"Run", r.ID,
+				"Pipeline", r.Pipeline,
+				"Name", cell(r.Name),
+				"Status", r.Status,
+				"Created", fmtTime(r.CreatedAt),
+				"Finished", fmtTime(r.FinishedAt),
+			}
+			if r.Reason != "" {
+				pairs = append(pairs, "Reason", cell(r.Reason))
+			}
+			pairs = append(pairs,
+				"Items", fmt.Sprintf("%d = %d succeeded + %d dead + %d canceled + %d pending + %d running", c.Total, c.Succeeded, c.Dead, c.Canceled, c.Pending, c.Running),
+				"Success rate", fmt.Sprintf("%s (%d of %d)", fmtPct(r.SuccessRate()), c.Succeeded, c.Total),
+				"Options", fmt.Sprintf("success threshold %s, partial threshold %s, failure budget %s, min items %s",
+					orDefault(o.SuccessThreshold, redrive.DefaultSuccessThreshold), orDefault(o.PartialThreshold, redrive.DefaultPartialThreshold),
+					budget(o.FailureBudget), minItems(o.MinItems)),
+			)
+			if err := kv(w, pairs...); err != nil {
+				return err
+			}
+			if err := writeHistogram(w, hist); err != nil {
+				return err
+			}
+			return writeTopErrors(w, top)
+		})
 	}
 	return cmd
 }

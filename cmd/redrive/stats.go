@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"sort"
 
@@ -53,74 +54,70 @@ the counts and top errors only.`,
 		if top < 1 || top > 100 {
 			return flagErrorf("top", "%d is out of range: give 1 to 100", top)
 		}
-		s, closeFn, err := storeFor(cmd)
-		if err != nil {
-			return err
-		}
-		defer closeFn()
-		ctx := cmd.Context()
-		if run > 0 {
-			if _, err := s.GetRun(ctx, run); err != nil {
-				return fmt.Errorf("run %d: %w", run, err)
+		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+			if run > 0 {
+				if _, err := s.GetRun(ctx, run); err != nil {
+					return fmt.Errorf("run %d: %w", run, err)
+				}
 			}
-		}
-		counts, err := s.StateCounts(ctx, run)
-		if err != nil {
-			return fmt.Errorf("count items: %w", err)
-		}
-		hist, err := s.RetryHistogram(ctx, run)
-		if err != nil {
-			return fmt.Errorf("retry histogram: %w", err)
-		}
-		errs, err := s.TopErrors(ctx, redrive.ErrorFilter{RunID: run, Pipeline: pipeline, Limit: top})
-		if err != nil {
-			return fmt.Errorf("top errors: %w", err)
-		}
-		out := statsJSON{RunID: run, Pipeline: pipeline, Stages: []stageCounts{}, RetryHistogram: hist, TopErrors: errs}
-		if out.RetryHistogram == nil {
-			out.RetryHistogram = []redrive.HistogramBucket{}
-		}
-		if out.TopErrors == nil {
-			out.TopErrors = []redrive.ErrorCount{}
-		}
-		idx := map[[2]string]int{}
-		for _, c := range counts {
-			if pipeline != "" && c.Pipeline != pipeline {
-				continue
+			counts, err := s.StateCounts(ctx, run)
+			if err != nil {
+				return fmt.Errorf("count items: %w", err)
 			}
-			k := [2]string{c.Pipeline, c.Stage}
-			i, ok := idx[k]
-			if !ok {
-				i = len(out.Stages)
-				idx[k] = i
-				out.Stages = append(out.Stages, stageCounts{Pipeline: c.Pipeline, Stage: c.Stage})
+			hist, err := s.RetryHistogram(ctx, run)
+			if err != nil {
+				return fmt.Errorf("retry histogram: %w", err)
 			}
-			out.Stages[i].Add(c.State, c.Count)
-			out.Totals.Add(c.State, c.Count)
-		}
-		sort.SliceStable(out.Stages, func(i, j int) bool {
-			if out.Stages[i].Pipeline != out.Stages[j].Pipeline {
-				return out.Stages[i].Pipeline < out.Stages[j].Pipeline
+			errs, err := s.TopErrors(ctx, redrive.ErrorFilter{RunID: run, Pipeline: pipeline, Limit: top})
+			if err != nil {
+				return fmt.Errorf("top errors: %w", err)
 			}
-			return false // keep the store's stage order within a pipeline
+			out := statsJSON{RunID: run, Pipeline: pipeline, Stages: []stageCounts{}, RetryHistogram: hist, TopErrors: errs}
+			if out.RetryHistogram == nil {
+				out.RetryHistogram = []redrive.HistogramBucket{}
+			}
+			if out.TopErrors == nil {
+				out.TopErrors = []redrive.ErrorCount{}
+			}
+			idx := map[[2]string]int{}
+			for _, c := range counts {
+				if pipeline != "" && c.Pipeline != pipeline {
+					continue
+				}
+				k := [2]string{c.Pipeline, c.Stage}
+				i, ok := idx[k]
+				if !ok {
+					i = len(out.Stages)
+					idx[k] = i
+					out.Stages = append(out.Stages, stageCounts{Pipeline: c.Pipeline, Stage: c.Stage})
+				}
+				out.Stages[i].Add(c.State, c.Count)
+				out.Totals.Add(c.State, c.Count)
+			}
+			sort.SliceStable(out.Stages, func(i, j int) bool {
+				if out.Stages[i].Pipeline != out.Stages[j].Pipeline {
+					return out.Stages[i].Pipeline < out.Stages[j].Pipeline
+				}
+				return false // keep the store's stage order within a pipeline
+			})
+			w := cmd.OutOrStdout()
+			if *asJSON {
+				return writeJSON(w, out)
+			}
+			t := newTable(w, "PIPELINE", "STAGE", "PENDING", "RUNNING", "SUCCEEDED", "DEAD", "CANCELED", "TOTAL")
+			for _, sc := range out.Stages {
+				t.row(sc.Pipeline, sc.Stage, sc.Pending, sc.Running, sc.Succeeded, sc.Dead, sc.Canceled, sc.Total)
+			}
+			c := out.Totals
+			t.row("TOTAL", "", c.Pending, c.Running, c.Succeeded, c.Dead, c.Canceled, c.Total)
+			if err := t.flush(); err != nil {
+				return err
+			}
+			if err := writeHistogram(w, out.RetryHistogram); err != nil {
+				return err
+			}
+			return writeTopErrors(w, out.TopErrors)
 		})
-		w := cmd.OutOrStdout()
-		if *asJSON {
-			return writeJSON(w, out)
-		}
-		t := newTable(w, "PIPELINE", "STAGE", "PENDING", "RUNNING", "SUCCEEDED", "DEAD", "CANCELED", "TOTAL")
-		for _, sc := range out.Stages {
-			t.row(sc.Pipeline, sc.Stage, sc.Pending, sc.Running, sc.Succeeded, sc.Dead, sc.Canceled, sc.Total)
-		}
-		c := out.Totals
-		t.row("TOTAL", "", c.Pending, c.Running, c.Succeeded, c.Dead, c.Canceled, c.Total)
-		if err := t.flush(); err != nil {
-			return err
-		}
-		if err := writeHistogram(w, out.RetryHistogram); err != nil {
-			return err
-		}
-		return writeTopErrors(w, out.TopErrors)
 	}
 	return cmd
 }
