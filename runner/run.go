@@ -161,7 +161,10 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 		Workers:        workers,
 		LeaseDuration:  opts.LeaseDuration,
 		RescueInterval: min(5*time.Second, max(opts.LeaseDuration/2, 100*time.Millisecond)),
-		Observers:      []func(redrive.Event){prog.observe},
+		// Someone is waiting for the summary: notice the run's end sooner
+		// than a long-lived worker process needs to.
+		RunCheckInterval: 200 * time.Millisecond,
+		Observers:        []func(redrive.Event){prog.observe},
 	})
 	if err := client.Register(pipeline); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
