@@ -333,6 +333,13 @@ func (p *Policy) nominal(attempt int) time.Duration {
 		if m == 1 {
 			return base
 		}
+		if m == 2 && attempt <= 63 {
+			// Doubling, the common case, in integers: no float loop.
+			if base > maxd>>(attempt-1) {
+				return maxd
+			}
+			return base << (attempt - 1)
+		}
 		d = fb
 		if attempt <= 64 {
 			for i := 1; i < attempt && d < fmax; i++ {
