@@ -707,8 +707,12 @@ func (s *server) cancelRun(w http.ResponseWriter, r *http.Request) {
 	now := s.opts.Now()
 	// Mark the run first so that engines stop moving its items on, then
 	// cancel what is pending.
-	if err := s.store.SetRunStatus(ctx, id, redrive.RunAborted, reason, now); err != nil {
+	if ok, err := s.store.FinishRun(ctx, id, redrive.RunAborted, reason, now); err != nil {
 		s.fail(w, r, "cancel run", err)
+		return
+	} else if !ok {
+		// Finished by its workers (or canceled) since it was read.
+		writeError(w, http.StatusConflict, "", fmt.Sprintf("run %d is no longer running", id))
 		return
 	}
 	n, err := s.store.CancelPending(ctx, redrive.ItemFilter{RunID: id, States: []redrive.State{redrive.StatePending}},
