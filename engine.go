@@ -59,6 +59,10 @@ type task struct {
 	release  bool // return the lease without an attempt
 	probe    bool // a half-open breaker's probe: its failure is the dependency's
 	events   []Event
+	// cancel interrupts the running handler; lost records that the lease
+	// was taken over. Both are guarded by engine.mu.
+	cancel context.CancelFunc
+	lost   bool
 }
 
 func (t *task) key() StageKey {
@@ -412,16 +416,32 @@ func (e *engine) attempt(t *task) {
 	}
 	// The engine is the outer retry layer: a retry.Do inside the handler
 	// makes one attempt per durable attempt instead of multiplying them.
-	ctx := e.layerCtx
-	var cancel context.CancelFunc
+	ctx, cancel := context.WithCancel(e.layerCtx)
 	if st.Timeout > 0 {
-		ctx, cancel = context.WithTimeout(ctx, st.Timeout)
+		ctx, cancel = context.WithTimeout(e.layerCtx, st.Timeout)
+	}
+	e.mu.Lock()
+	t.cancel = cancel
+	lost := t.lost
+	e.mu.Unlock()
+	if lost {
+		// Taken over while it waited for a worker.
+		cancel()
+		t.release = true
+		return
 	}
 	start := e.cfg.Now()
 	out, err := call(ctx, st.Handle, it)
 	end := e.cfg.Now()
-	if cancel != nil {
-		cancel()
+	cancel()
+	e.mu.Lock()
+	t.cancel, lost = nil, t.lost
+	e.mu.Unlock()
+	if lost {
+		// Another worker took the item over: this result cannot be
+		// recorded (the token is stale), so nothing is written.
+		t.release = true
+		return
 	}
 	if err != nil && e.workCtx.Err() != nil {
 		// The client is stopping and interrupted the handler: the
@@ -689,8 +709,32 @@ func (e *engine) heartbeatLoop() {
 			e.log.Warn("redrive: heartbeat failed", "err", err)
 			continue
 		}
-		if len(lost) > 0 {
-			e.log.Warn("redrive: leases lost", "items", len(lost))
+		if len(lost) == 0 {
+			continue
+		}
+		// A stale worker stops working on items that are no longer its
+		// own: their new owner runs them. A lease reported lost may also
+		// just have been completed meanwhile, and its item claimed again
+		// by this client under a new token: only the token that was sent
+		// can be lost.
+		sent := make(map[int64]int64, len(refs))
+		for _, r := range refs {
+			sent[r.ItemID] = r.Token
+		}
+		n := 0
+		e.mu.Lock()
+		for _, id := range lost {
+			if t := e.inflight[id]; t != nil && t.lease.Token == sent[id] {
+				n++
+				t.lost = true
+				if t.cancel != nil {
+					t.cancel()
+				}
+			}
+		}
+		e.mu.Unlock()
+		if n > 0 {
+			e.log.Warn("redrive: leases lost; their attempts were interrupted", "items", n)
 		}
 	}
 }

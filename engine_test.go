@@ -716,3 +716,56 @@ func TestConcurrentStopsStopOnce(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A worker whose lease was taken over (it hung, or lost the database for
+// longer than the lease) learns it at its next heartbeat and stops: its
+// handler's context is canceled and nothing it did is recorded.
+func TestLostLeaseInterruptsHandler(t *testing.T) {
+	eachStore(t, func(t *testing.T, s redrive.Store) {
+		ctx := context.Background()
+		started := make(chan int64, 1)
+		interrupted := make(chan struct{})
+		p := redrive.Pipeline{Name: "stale", Stages: []redrive.Stage{{Name: "s", Handle: func(hctx context.Context, it *redrive.Item) ([]byte, error) {
+			started <- it.ID
+			<-hctx.Done()
+			close(interrupted)
+			return nil, hctx.Err()
+		}}}}
+		cfg := testConfig(nil)
+		cfg.HeartbeatInterval = 50 * time.Millisecond
+		c := startClient(t, s, cfg, p)
+		run, err := c.StartRun(ctx, "stale", items(1), redrive.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		id := <-started
+		// Another worker takes the item over, as if the lease had expired.
+		later := time.Now().Add(time.Hour)
+		thief, err := s.ClaimExpired(ctx, redrive.ClaimRequest{Owner: "thief", Pipelines: []string{"stale"}, Limit: 1, Now: later, LeaseUntil: later.Add(time.Hour)})
+		if err != nil || len(thief) != 1 || thief[0].Item.ID != id {
+			t.Fatalf("take over: %+v %v", thief, err)
+		}
+		select {
+		case <-interrupted:
+		case <-time.After(5 * time.Second):
+			t.Fatal("the stale worker's handler was not interrupted")
+		}
+		time.Sleep(100 * time.Millisecond) // let the stale worker finish its bookkeeping
+		if atts, _ := s.Attempts(ctx, id); len(atts) != 0 {
+			t.Fatalf("the stale worker recorded %+v", atts)
+		}
+		it, _ := s.GetItem(ctx, id)
+		if it.State != redrive.StateRunning || it.LeaseOwner != "thief" {
+			t.Fatalf("the item should still be the thief's: %+v", it)
+		}
+		now := time.Now()
+		applied, err := s.Complete(ctx, []redrive.Completion{{ItemID: id, Token: thief[0].Token, State: redrive.StateSucceeded, Now: now,
+			Record: redrive.Attempt{Number: 1, Outcome: redrive.OutcomeSucceeded, StartedAt: now, FinishedAt: now}}})
+		if err != nil || !applied[0] {
+			t.Fatalf("the new owner's completion: %v %v", applied, err)
+		}
+		if r := wait(t, c, run); r.Counts.Succeeded != 1 {
+			t.Fatalf("%+v", r.Counts)
+		}
+	})
+}
