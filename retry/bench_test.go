@@ -19,7 +19,8 @@ func BenchmarkDoSuccess(b *testing.B) {
 }
 
 func BenchmarkDoSuccessBudgetBreaker(b *testing.B) {
-	ctx := Scope(context.WithValue(context.Background(), struct{}{}, 1))
+	type benchKey struct{}
+	ctx := Scope(context.WithValue(context.Background(), benchKey{}, 1))
 	p := Policy{Budget: NewBudget(BudgetOptions{}), Breaker: NewBreaker(BreakerOptions{})}
 	op := func(context.Context) error { return nil }
 	b.ReportAllocs()

@@ -54,8 +54,8 @@ func TestBreakerConsecutive(t *testing.T) {
 		t.Fatalf("state %v, want half_open", b.State())
 	}
 	// Two probes allowed, a third refused.
-	if b.Allow() != nil || b.Allow() != nil {
-		t.Fatal("probes refused")
+	if first, second := b.Allow(), b.Allow(); first != nil || second != nil {
+		t.Fatalf("probes refused: %v, %v", first, second)
 	}
 	if err := b.Allow(); !errors.Is(err, ErrCircuitOpen) {
 		t.Fatal("third probe allowed")

@@ -319,8 +319,8 @@ func TestDoBudget(t *testing.T) {
 	calls := 0
 	err := Do(context.Background(), p, func(context.Context) error { calls++; return errBoom })
 	// 5 requests × 0.5 = 2.5: the 2 retries are granted.
-	if calls != 3 {
-		t.Fatalf("calls = %d", calls)
+	if calls != 3 || !errors.Is(err, errBoom) {
+		t.Fatalf("calls = %d, err = %v", calls, err)
 	}
 	calls = 0
 	err = Do(context.Background(), p, func(context.Context) error { calls++; return errBoom })

@@ -38,7 +38,7 @@ func ExampleParse() {
 	// sqlite file: data/work.sqlite3
 	// postgres:    postgres://app@db:5432/app?sslmode=disable
 	// true
-	// storeurl: unsupported database URL "mysql://app:xxxxx@db/app": use sqlite:PATH, a *.db file, or postgres://...
+	// storeurl: unsupported database URL "mysql://app:xxxxx@db/app": use sqlite:PATH, a *.db file, or a postgres:// URL
 }
 
 // Redact hides passwords before a URL is logged or printed.

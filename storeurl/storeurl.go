@@ -41,7 +41,7 @@ var ErrUnsupported = errors.New("storeurl: unsupported database URL")
 func Parse(s string) (Target, error) {
 	switch {
 	case s == "":
-		return Target{}, fmt.Errorf("%w: empty: use sqlite:PATH or postgres://...", ErrUnsupported)
+		return Target{}, fmt.Errorf("%w: empty; use sqlite:PATH or a postgres:// URL", ErrUnsupported)
 	case strings.HasPrefix(s, "postgres://"), strings.HasPrefix(s, "postgresql://"):
 		if _, err := url.Parse(s); err != nil {
 			return Target{}, fmt.Errorf("%w: cannot parse PostgreSQL URL %s", ErrUnsupported, Redact(s))
@@ -56,7 +56,7 @@ func Parse(s string) (Target, error) {
 	case !strings.Contains(s, "://") && (strings.HasSuffix(s, ".db") || strings.HasSuffix(s, ".sqlite") || strings.HasSuffix(s, ".sqlite3")):
 		return Target{Kind: SQLite, Path: s}, nil
 	}
-	return Target{}, fmt.Errorf("%w %q: use sqlite:PATH, a *.db file, or postgres://...", ErrUnsupported, Redact(s))
+	return Target{}, fmt.Errorf("%w %q: use sqlite:PATH, a *.db file, or a postgres:// URL", ErrUnsupported, Redact(s))
 }
 
 // Redact returns s with any password replaced by "xxxxx", both in the
