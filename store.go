@@ -261,3 +261,23 @@ type ErrorCount struct {
 	Error    string `json:"error"`
 	Count    int    `json:"count"`
 }
+
+// Migration is one versioned schema migration of a store.
+type Migration struct {
+	// Version orders migrations; it is the number the file name starts with.
+	Version int `json:"version"`
+	// Name is the rest of the file name, without the extension.
+	Name string `json:"name"`
+	// Applied reports whether the migration has been applied.
+	Applied bool `json:"applied"`
+	// AppliedAt is when it was applied, or the zero time.
+	AppliedAt time.Time `json:"applied_at,omitzero"`
+}
+
+// Migrator is implemented by stores whose schema is migrated (both the
+// SQLite and the PostgreSQL store).
+type Migrator interface {
+	// MigrationStatus lists the migrations of the build in version order
+	// and whether each is applied.
+	MigrationStatus(ctx context.Context) ([]Migration, error)
+}

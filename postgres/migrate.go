@@ -4,35 +4,20 @@ import (
 	"context"
 	"embed"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
 	"strings"
 	"time"
 
 	"github.com/jackc/pgx/v5"
+
+	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/migrations"
 )
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// Migration is one versioned schema migration.
-type Migration struct {
-	// Version orders migrations; it is the number the file name starts with.
-	Version int
-	// Name is the file name without its version and extension.
-	Name string
-	// Applied reports whether the migration has been applied to the schema.
-	Applied bool
-	// AppliedAt is when it was applied; zero when it was not.
-	AppliedAt time.Time
-}
-
-type migrationFile struct {
-	version int
-	name    string
-	sql     string
-}
+// Migration is one versioned schema migration, as MigrationStatus reports it.
+type Migration = redrive.Migration
 
 // migrationLockClass is the first key of the advisory lock that serializes
 // migrators; the second is hashtext(schema).
@@ -42,31 +27,7 @@ const migrationLockClass = 0x72647276 // "rdrv"
 // Store.foldCounts; the second is hashtext(schema).
 const foldLockClass = 0x72646663 // "rdfc"
 
-func loadMigrations() ([]migrationFile, error) {
-	entries, err := fs.ReadDir(migrationFS, "migrations")
-	if err != nil {
-		return nil, err
-	}
-	var out []migrationFile
-	for _, e := range entries {
-		base := strings.TrimSuffix(e.Name(), ".sql")
-		num, name, ok := strings.Cut(base, "_")
-		if !ok {
-			return nil, fmt.Errorf("migration %q: name must be NNNN_name.sql", e.Name())
-		}
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("migration %q: %w", e.Name(), err)
-		}
-		b, err := migrationFS.ReadFile("migrations/" + e.Name())
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migrationFile{version: v, name: name, sql: string(b)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	return out, nil
-}
+func loadMigrations() ([]migrations.File, error) { return migrations.Load(migrationFS, "migrations") }
 
 // Migrate applies the migrations that the schema lacks, creating the schema
 // when needed. It holds a transaction-scoped advisory lock, so concurrent
@@ -108,13 +69,13 @@ func (s *Store) Migrate(ctx context.Context) error {
 		applied[int(v)] = true
 	}
 	for _, m := range ms {
-		if applied[m.version] {
+		if applied[m.Version] {
 			continue
 		}
-		if _, err := tx.Exec(ctx, strings.ReplaceAll(m.sql, "{schema}", s.q)); err != nil {
-			return s.fail(fmt.Sprintf("migrate: %04d_%s", m.version, m.name), err)
+		if _, err := tx.Exec(ctx, strings.ReplaceAll(m.SQL, "{schema}", s.q)); err != nil {
+			return s.fail(fmt.Sprintf("migrate: %04d_%s", m.Version, m.Name), err)
 		}
-		if _, err := tx.Exec(ctx, `INSERT INTO `+s.q+`.schema_migrations (version, name) VALUES ($1, $2)`, m.version, m.name); err != nil {
+		if _, err := tx.Exec(ctx, `INSERT INTO `+s.q+`.schema_migrations (version, name) VALUES ($1, $2)`, m.Version, m.Name); err != nil {
 			return s.fail("migrate: record version", err)
 		}
 	}
@@ -133,7 +94,7 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]Migration, error) {
 	}
 	out := make([]Migration, len(ms))
 	for i, m := range ms {
-		out[i] = Migration{Version: m.version, Name: m.name}
+		out[i] = Migration{Version: m.Version, Name: m.Name}
 	}
 	var exists bool
 	if err := s.pool.QueryRow(ctx, `SELECT to_regclass($1) IS NOT NULL`, s.q+".schema_migrations").Scan(&exists); err != nil {

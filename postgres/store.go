@@ -58,6 +58,7 @@ type Store struct {
 var (
 	_ redrive.Store    = (*Store)(nil)
 	_ redrive.Notifier = (*Store)(nil)
+	_ redrive.Migrator = (*Store)(nil)
 )
 
 // Open connects to the database at url (a postgres:// URL or a DSN that

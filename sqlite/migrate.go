@@ -5,56 +5,19 @@ import (
 	"database/sql"
 	"embed"
 	"fmt"
-	"io/fs"
-	"sort"
-	"strconv"
-	"strings"
 	"time"
+
+	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/migrations"
 )
 
 //go:embed migrations/*.sql
 var migrationFS embed.FS
 
-// Migration is one versioned schema change.
-type Migration struct {
-	// Version orders migrations; it is the number the file name starts with.
-	Version int
-	// Name is the rest of the file name, without the extension.
-	Name string
-	// Applied reports whether the migration has been applied to the file.
-	Applied bool
-	// AppliedAt is when it was applied, or the zero time.
-	AppliedAt time.Time
-}
+// Migration is one versioned schema change, as MigrationStatus reports it.
+type Migration = redrive.Migration
 
-type migrationFile struct {
-	version int
-	name    string
-	sql     string
-}
-
-func migrationFiles() ([]migrationFile, error) {
-	names, err := fs.Glob(migrationFS, "migrations/*.sql")
-	if err != nil {
-		return nil, err
-	}
-	var out []migrationFile
-	for _, n := range names {
-		base := strings.TrimSuffix(strings.TrimPrefix(n, "migrations/"), ".sql")
-		num, name, _ := strings.Cut(base, "_")
-		v, err := strconv.Atoi(num)
-		if err != nil {
-			return nil, fmt.Errorf("migration file %s: no version number", n)
-		}
-		b, err := migrationFS.ReadFile(n)
-		if err != nil {
-			return nil, err
-		}
-		out = append(out, migrationFile{version: v, name: name, sql: string(b)})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].version < out[j].version })
-	return out, nil
-}
+func migrationFiles() ([]migrations.File, error) { return migrations.Load(migrationFS, "migrations") }
 
 const createMigrations = `CREATE TABLE IF NOT EXISTS schema_migrations (
 	version    INTEGER PRIMARY KEY,
@@ -77,16 +40,16 @@ func (s *Store) migrate(ctx context.Context) error {
 			return err
 		}
 		for _, m := range files {
-			if _, ok := applied[m.version]; ok {
+			if _, ok := applied[m.Version]; ok {
 				continue
 			}
-			if _, err := tx.ExecContext(ctx, m.sql); err != nil {
-				return fmt.Errorf("migration %d %s: %w", m.version, m.name, err)
+			if _, err := tx.ExecContext(ctx, m.SQL); err != nil {
+				return fmt.Errorf("migration %d %s: %w", m.Version, m.Name, err)
 			}
 			if _, err := tx.ExecContext(ctx,
 				`INSERT INTO schema_migrations (version, name, applied_at) VALUES (?, ?, ?)`,
-				m.version, m.name, time.Now().UnixNano()); err != nil {
-				return fmt.Errorf("migration %d %s: %w", m.version, m.name, err)
+				m.Version, m.Name, time.Now().UnixNano()); err != nil {
+				return fmt.Errorf("migration %d %s: %w", m.Version, m.Name, err)
 			}
 		}
 		return nil
@@ -128,8 +91,8 @@ func (s *Store) MigrationStatus(ctx context.Context) ([]Migration, error) {
 	}
 	out := make([]Migration, 0, len(files))
 	for _, f := range files {
-		at, ok := applied[f.version]
-		out = append(out, Migration{Version: f.version, Name: f.name, Applied: ok, AppliedAt: at})
+		at, ok := applied[f.Version]
+		out = append(out, Migration{Version: f.Version, Name: f.Name, Applied: ok, AppliedAt: at})
 	}
 	return out, nil
 }

@@ -101,7 +101,10 @@ type Store struct {
 	stmts stmtCache // prepared on w
 }
 
-var _ redrive.Store = (*Store)(nil)
+var (
+	_ redrive.Store    = (*Store)(nil)
+	_ redrive.Migrator = (*Store)(nil)
+)
 
 // Open opens the SQLite database at path, creating the file when it does not
 // exist, and applies pending migrations. At most one Options value may be

@@ -8,7 +8,6 @@ import (
 	"net/url"
 	"os"
 	"strings"
-	"time"
 
 	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/postgres"
@@ -201,35 +200,17 @@ func storeFor(cmd *cobra.Command) (redrive.Store, func() error, error) {
 }
 
 // migrationRow is one migration's status, whichever the store.
-type migrationRow struct {
-	Version   int       `json:"version"`
-	Name      string    `json:"name"`
-	Applied   bool      `json:"applied"`
-	AppliedAt time.Time `json:"applied_at,omitzero"`
-}
+type migrationRow = redrive.Migration
 
 // migrationStatus lists the migrations of a SQLite or PostgreSQL store.
 func migrationStatus(ctx context.Context, s redrive.Store) ([]migrationRow, error) {
-	var out []migrationRow
-	switch st := s.(type) {
-	case *sqlite.Store:
-		ms, err := st.MigrationStatus(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("migration status: %w", err)
-		}
-		for _, m := range ms {
-			out = append(out, migrationRow{Version: m.Version, Name: m.Name, Applied: m.Applied, AppliedAt: m.AppliedAt})
-		}
-	case *postgres.Store:
-		ms, err := st.MigrationStatus(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("migration status: %w", err)
-		}
-		for _, m := range ms {
-			out = append(out, migrationRow{Version: m.Version, Name: m.Name, Applied: m.Applied, AppliedAt: m.AppliedAt})
-		}
-	default:
+	m, ok := s.(redrive.Migrator)
+	if !ok {
 		return nil, fmt.Errorf("migration status: store %T has no migrations", s)
 	}
-	return out, nil
+	ms, err := m.MigrationStatus(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("migration status: %w", err)
+	}
+	return ms, nil
 }
