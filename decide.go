@@ -1,0 +1,123 @@
+package redrive
+
+import (
+	"errors"
+	"time"
+
+	"github.com/redrive/redrive/retry"
+)
+
+// decide turns an attempt's result into the item's next state.
+func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.Outcome, start, end time.Time) {
+	it := &t.lease.Item
+	number := it.Attempt + 1
+	rec := Attempt{
+		ItemID: it.ID, RunID: it.RunID, Pipeline: it.Pipeline, Stage: it.Stage, StageIndex: it.StageIndex,
+		Number: number, StartedAt: start, FinishedAt: end,
+	}
+	c := Completion{ItemID: it.ID, Token: t.lease.Token, Now: end, Stage: it.Stage, StageIndex: it.StageIndex,
+		Attempt: it.Attempt, RateLimitWaits: it.RateLimitWaits}
+	finished := AttemptFinished{Pipeline: it.Pipeline, Stage: it.Stage, RunID: it.RunID, ItemID: it.ID,
+		Attempt: number, Duration: end.Sub(start)}
+	abortReason, aborted := e.abortedRun(it.RunID)
+
+	switch {
+	case err == nil:
+		rec.Outcome = OutcomeSucceeded
+		c.Attempt, c.RateLimitWaits = 0, 0
+		if out == nil {
+			out = []byte{}
+		}
+		c.Payload = out
+		if t.stage+1 < len(t.pipeline.Stages) && !aborted {
+			c.State = StatePending
+			c.StageIndex = t.stage + 1
+			c.Stage = t.pipeline.Stages[t.stage+1].Name
+			c.NextAt = end
+		} else if t.stage+1 < len(t.pipeline.Stages) {
+			c.State = StateCanceled
+			c.StageIndex = t.stage + 1
+			c.Stage = t.pipeline.Stages[t.stage+1].Name
+			c.Reason = &Reason{Stage: c.Stage, Class: ClassCanceled, Error: abortReason, At: end}
+		} else {
+			c.State = StateSucceeded
+		}
+	default:
+		msg := errorMessage(err)
+		rec.Error, rec.Class = msg, o.Class.String()
+		if errors.Is(err, errLost) {
+			rec.Class = ClassLost
+		}
+		waits := p.MaxRateLimitWaits
+		if waits == 0 {
+			waits = retry.DefaultMaxRateLimitWaits
+		}
+		switch {
+		case o.Class == retry.ClassFinal:
+			rec.Outcome = OutcomeDead
+			c.Attempt = number
+		case o.Class == retry.ClassRateLimited && it.RateLimitWaits < waits:
+			rec.Outcome = OutcomeRateLimited
+			rec.Number = number // recorded, but the counter does not move
+			rec.Delay = p.RateLimitDelay(o.RetryAfter, max(it.Attempt, 1))
+			c.RateLimitWaits = it.RateLimitWaits + 1
+		case t.probe && o.Class != retry.ClassFinal:
+			// The probe of a half-open breaker failed: the dependency is
+			// still down, which is no fault of this item, so the attempt
+			// is recorded without consuming the item's allowance.
+			rec.Outcome = OutcomeRetry
+			rec.Delay = p.Delay(max(it.Attempt, 1))
+		case number < p.Attempts():
+			rec.Outcome = OutcomeRetry
+			rec.Delay = p.Delay(number)
+			c.Attempt = number
+		default:
+			rec.Outcome = OutcomeDead
+			c.Attempt = number
+		}
+		if errors.Is(err, errLost) && rec.Outcome != OutcomeDead {
+			rec.Outcome = OutcomeLost
+		}
+		switch {
+		case rec.Outcome == OutcomeDead:
+			c.State = StateDead
+			class := rec.Class
+			if errors.Is(err, errLost) {
+				rec.Outcome = OutcomeLost
+			}
+			c.Reason = &Reason{Stage: it.Stage, Class: class, Error: msg, Attempts: c.Attempt, At: end}
+			t.events = append(t.events, DeadLettered{Pipeline: it.Pipeline, RunID: it.RunID, ItemID: it.ID, Reason: *c.Reason})
+		case aborted:
+			c.State = StateCanceled
+			c.Reason = &Reason{Stage: it.Stage, Class: ClassCanceled, Error: abortReason, Attempts: c.Attempt, At: end}
+		default:
+			c.State = StatePending
+			c.NextAt = end.Add(rec.Delay)
+			finished.Delay = rec.Delay
+			t.events = append(t.events, RetryScheduled{Pipeline: it.Pipeline, Stage: it.Stage, RunID: it.RunID, ItemID: it.ID,
+				Attempt: number, Delay: rec.Delay, RateLimited: rec.Outcome == OutcomeRateLimited})
+		}
+	}
+	finished.Outcome, finished.Class, finished.Error = rec.Outcome, rec.Class, rec.Error
+	c.Record = rec
+	t.comp = c
+	t.events = append([]Event{finished}, t.events...)
+}
+
+// maxErrorLen bounds a stored error message.
+const maxErrorLen = 4096
+
+func errorMessage(err error) string {
+	msg := err.Error()
+	if len(msg) > maxErrorLen {
+		msg = msg[:maxErrorLen] + "…"
+	}
+	return msg
+}
+
+func (e *engine) abortedRun(id int64) (string, bool) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	r, ok := e.aborted[id]
+	return r, ok
+}

@@ -1,0 +1,63 @@
+package redrive
+
+import "github.com/redrive/redrive/retry"
+
+// rescueBatch bounds one rescue.
+const rescueBatch = 256
+
+func (e *engine) rescueLoop() {
+	defer e.bg.Done()
+	for {
+		for e.rescue() == rescueBatch {
+		}
+		if !sleep(e.bgCtx, e.cfg.RescueInterval) {
+			return
+		}
+	}
+}
+
+// rescue takes over items whose lease expired, records a lost attempt and
+// schedules a retry or dead-letters them.
+func (e *engine) rescue() int {
+	now := e.cfg.Now()
+	leases, err := e.store.ClaimExpired(e.bgCtx, ClaimRequest{Owner: e.cfg.Owner, Pipelines: e.names, Limit: rescueBatch,
+		Now: now, LeaseUntil: now.Add(e.cfg.LeaseDuration)})
+	if err != nil {
+		if e.bgCtx.Err() == nil {
+			e.log.Warn("redrive: rescue failed", "err", err)
+		}
+		return 0
+	}
+	if len(leases) == 0 {
+		return 0
+	}
+	batch := make([]*task, 0, len(leases))
+	e.mu.Lock()
+	for _, l := range leases {
+		t := &task{lease: l, stage: -1}
+		p := e.pipelines[l.Item.Pipeline]
+		var pol retry.Policy
+		if p != nil {
+			t.pipeline = p
+			t.stage = p.stageIndex(l.Item.Stage)
+			if t.stage >= 0 {
+				pol = p.Stages[t.stage].Policy
+			}
+		}
+		started := l.Item.LeaseExpiresAt.Add(-e.cfg.LeaseDuration)
+		if started.After(now) || started.IsZero() {
+			started = now
+		}
+		e.inflight[l.Item.ID] = t
+		e.running[t.key()]++
+		e.mu.Unlock()
+		e.decide(t, pol, nil, errLost, retry.Outcome{Class: retry.ClassRetryable}, started, now)
+		t.events = append(t.events, Rescued{Pipeline: l.Item.Pipeline, Stage: l.Item.Stage, RunID: l.Item.RunID, ItemID: l.Item.ID})
+		e.mu.Lock()
+		batch = append(batch, t)
+	}
+	e.mu.Unlock()
+	e.log.Info("redrive: rescued items whose lease expired", "items", len(batch))
+	e.flush(batch)
+	return len(leases)
+}

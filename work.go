@@ -1,0 +1,109 @@
+package redrive
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/redrive/redrive/retry"
+)
+
+func (e *engine) workLoop() {
+	defer e.workers.Done()
+	for t := range e.work {
+		if e.claimCtx.Err() != nil {
+			// Stopping: items not started go back at once.
+			t.release = true
+		} else {
+			e.attempt(t)
+		}
+		e.completions <- t
+	}
+}
+
+// errLost is the error recorded for an attempt whose worker vanished.
+var errLost = errors.New("lease expired: the worker running the attempt vanished")
+
+// attempt runs the handler of t's stage and decides what follows.
+func (e *engine) attempt(t *task) {
+	it := &t.lease.Item
+	if t.stage < 0 {
+		err := retry.Final(fmt.Errorf("stage %q is not in pipeline %q", it.Stage, it.Pipeline))
+		now := e.cfg.Now()
+		e.decide(t, retry.Policy{}, nil, err, retry.Outcome{Class: retry.ClassFinal}, now, now)
+		return
+	}
+	st := &t.pipeline.Stages[t.stage]
+	if st.Breaker != nil {
+		if err := st.Breaker.Allow(); err != nil {
+			// The dependency is down: give the item back unattempted.
+			t.release = true
+			return
+		}
+		t.probe = st.Breaker.State() == retry.BreakerHalfOpen
+	}
+	// The engine is the outer retry layer: a retry.Do inside the handler
+	// makes one attempt per durable attempt instead of multiplying them.
+	ctx, cancel := context.WithCancel(e.layerCtx)
+	if st.Timeout > 0 {
+		ctx, cancel = context.WithTimeout(e.layerCtx, st.Timeout)
+	}
+	e.mu.Lock()
+	t.cancel = cancel
+	lost := t.lost
+	e.mu.Unlock()
+	if lost {
+		// Taken over while it waited for a worker.
+		cancel()
+		t.release = true
+		return
+	}
+	start := e.cfg.Now()
+	out, err := call(ctx, st.Handle, it)
+	end := e.cfg.Now()
+	cancel()
+	e.mu.Lock()
+	t.cancel, lost = nil, t.lost
+	e.mu.Unlock()
+	if lost {
+		// Another worker took the item over: this result cannot be
+		// recorded (the token is stale), so nothing is written.
+		t.release = true
+		return
+	}
+	if err != nil && e.workCtx.Err() != nil {
+		// The client is stopping and interrupted the handler: the
+		// attempt did not fail on its own, so it is not counted.
+		t.release = true
+		return
+	}
+	if st.Breaker != nil {
+		st.Breaker.Record(err)
+	}
+	var o retry.Outcome
+	if err != nil {
+		o = classify(st.Policy, err)
+	}
+	e.decide(t, st.Policy, out, err, o, start, end)
+}
+
+// call runs h, turning a panic into a final error: a panic is a bug that
+// another attempt will not fix.
+func call(ctx context.Context, h Handler, it *Item) (out []byte, err error) {
+	defer func() {
+		if r := recover(); r != nil {
+			err = retry.Final(fmt.Errorf("handler panicked: %v", r))
+		}
+	}()
+	return h(ctx, it)
+}
+
+func classify(p retry.Policy, err error) retry.Outcome {
+	if p.Classifier != nil {
+		if o, ok := p.Classifier(err); ok {
+			return o
+		}
+		return retry.Outcome{Class: retry.ClassRetryable}
+	}
+	return retry.Classify(err)
+}
