@@ -1,0 +1,365 @@
+package retry
+
+import (
+	"context"
+	"math"
+	"math/rand/v2"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// LimiterOptions configures a Limiter. The zero value is usable: a limiter for a
+// dependency whose limit is unknown, which starts slowly and adapts.
+type LimiterOptions struct {
+	// Rate is the most calls per second the limiter lets start, and where it starts.
+	// 0 means the limit is unknown: the limiter starts with InitialWindow calls in flight,
+	// widens that window by one call per success (slow start, doubling it every round
+	// trip) and, at the first push back, paces calls at a rate estimated from the
+	// successes of the last second; from then on it adapts with no ceiling.
+	Rate float64
+	// Burst is how many calls may start together after a quiet spell; 0 means 1, so that
+	// calls are evenly spaced.
+	Burst int
+	// MinRate is the floor the adaptive rate never drops below; 0 means 1 call/s (or Rate
+	// when Rate is lower).
+	MinRate float64
+	// InitialWindow is how many calls may be in flight at the start of slow start; 0 means 4.
+	// Unused when Rate is set.
+	InitialWindow int
+	// Decrease is the factor a push back multiplies the rate by; 0 means 0.7. Values
+	// outside (0, 1) are replaced by the default.
+	Decrease float64
+	// Increase is how many calls per second the rate gains per second of successes once it
+	// is back at the rate of the last push back; 0 means 1. Below that rate it regains half
+	// the gap each second.
+	Increase float64
+	// Fixed keeps the rate at Rate: push backs neither lower it nor end anything. Default
+	// false.
+	Fixed bool
+	// Now returns the current time; nil means time.Now. Tests inject a clock; Wait still
+	// sleeps in real time for the delays computed on it.
+	Now func() time.Time
+}
+
+// Limiter paces the calls to one dependency, adapting their rate to the dependency's
+// push backs (AIMD, as TCP does): a push back (a 429, a 503, a rate-limited error)
+// multiplies the rate by Decrease, at most once per round of calls; successes raise it
+// additively, up to Rate when Rate is set. A limiter whose Rate is unknown first ramps up
+// in slow start, so that even its first second is no burst. Share one Limiter between all
+// callers of one dependency.
+//
+// Call Wait before each call and report its result on the Permit it returns: Success,
+// PushBack, or Done for a result that says nothing about the dependency's capacity.
+// A Limiter is safe for concurrent use; its success path takes no lock.
+type Limiter struct {
+	o        LimiterOptions
+	ceiling  float64 // +Inf when Rate is unknown
+	floor    float64
+	decrease float64
+	increase float64
+	burst    int64
+
+	rate     atomic.Uint64 // float64 bits; +Inf: not paced (slow start)
+	interval atomic.Int64  // nanoseconds between call starts; 0: not paced
+	tat      atomic.Int64  // theoretical arrival time of the next call (GCRA), Unix ns
+	limited  atomic.Int64  // when a call last had to wait for the pace, Unix ns
+	lastCut  atomic.Int64  // when the rate was last lowered, Unix ns
+	peak     atomic.Uint64 // float64 bits: the rate at the last push back
+	first    atomic.Int64  // the first call's start, Unix ns
+	succ     successRing
+
+	// Slow start: a window of calls in flight that grows by one per success.
+	slow     atomic.Bool
+	window   atomic.Int64
+	inflight atomic.Int64
+	mu       sync.Mutex
+	widened  chan struct{} // closed and replaced when the window widens or a call ends
+}
+
+// Permit is one call let through by a Limiter. Report its result exactly once with
+// Success, PushBack or Done.
+type Permit struct {
+	l     *Limiter
+	start int64
+	slow  bool
+}
+
+// NewLimiter returns a Limiter with o's defaults applied.
+func NewLimiter(o LimiterOptions) *Limiter {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	l := &Limiter{o: o, ceiling: math.Inf(1), burst: int64(max(o.Burst, 1)), widened: make(chan struct{})}
+	if o.Rate > 0 {
+		l.ceiling = o.Rate
+	}
+	l.floor = o.MinRate
+	if l.floor <= 0 {
+		l.floor = 1
+	}
+	l.floor = min(l.floor, l.ceiling)
+	l.decrease = o.Decrease
+	if l.decrease <= 0 || l.decrease >= 1 {
+		l.decrease = 0.7
+	}
+	l.increase = o.Increase
+	if l.increase <= 0 {
+		l.increase = 1
+	}
+	if o.Rate > 0 {
+		l.setRate(o.Rate)
+		l.peak.Store(math.Float64bits(o.Rate))
+	} else {
+		l.rate.Store(math.Float64bits(math.Inf(1)))
+		l.slow.Store(true)
+		l.window.Store(int64(max(o.InitialWindow, 0)))
+		if o.InitialWindow <= 0 {
+			l.window.Store(4)
+		}
+	}
+	return l
+}
+
+// Rate returns the rate calls are paced at, in calls per second; +Inf while a limiter
+// whose Rate is unknown is still in slow start.
+func (l *Limiter) Rate() float64 { return math.Float64frombits(l.rate.Load()) }
+
+// SlowStart reports whether the limiter is still ramping up towards its first push back.
+func (l *Limiter) SlowStart() bool { return l.slow.Load() }
+
+// Wait blocks until a call may start and returns its Permit, or returns ctx's error.
+func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
+	if l.slow.Load() {
+		if err := l.enterWindow(ctx); err != nil {
+			return Permit{}, err
+		}
+		if l.slow.Load() {
+			now := l.o.Now().UnixNano()
+			l.first.CompareAndSwap(0, now)
+			return Permit{l: l, start: now, slow: true}, nil
+		}
+		// The window closed for good while waiting: pace as everybody else.
+		l.leaveWindow()
+	}
+	d := l.reserve(l.o.Now().UnixNano())
+	if d > 0 {
+		t := time.NewTimer(time.Duration(d))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Permit{}, ctx.Err()
+		case <-t.C:
+		}
+	}
+	now := l.o.Now().UnixNano()
+	l.first.CompareAndSwap(0, now)
+	return Permit{l: l, start: now}, nil
+}
+
+// reserve takes the next slot of the pace (GCRA) and returns how long to wait for it.
+func (l *Limiter) reserve(now int64) int64 {
+	for {
+		iv := l.interval.Load()
+		if iv == 0 {
+			return 0
+		}
+		tat := l.tat.Load()
+		next := max(tat, now) + iv
+		if !l.tat.CompareAndSwap(tat, next) {
+			continue
+		}
+		d := next - l.burst*iv - now
+		if d > 0 {
+			l.limited.Store(now)
+			return d
+		}
+		if next-now > (l.burst-1)*iv {
+			l.limited.Store(now)
+		}
+		return 0
+	}
+}
+
+func (l *Limiter) enterWindow(ctx context.Context) error {
+	for {
+		n := l.inflight.Load()
+		if n < l.window.Load() || !l.slow.Load() {
+			if l.inflight.CompareAndSwap(n, n+1) {
+				return nil
+			}
+			continue
+		}
+		l.mu.Lock()
+		ch := l.widened
+		l.mu.Unlock()
+		if l.inflight.Load() < l.window.Load() || !l.slow.Load() {
+			continue
+		}
+		select {
+		case <-ctx.Done():
+			return ctx.Err()
+		case <-ch:
+		}
+	}
+}
+
+func (l *Limiter) leaveWindow() {
+	l.inflight.Add(-1)
+	l.signal()
+}
+
+func (l *Limiter) signal() {
+	l.mu.Lock()
+	close(l.widened)
+	l.widened = make(chan struct{})
+	l.mu.Unlock()
+}
+
+func (l *Limiter) setRate(r float64) {
+	r = min(max(r, l.floor), l.ceiling)
+	l.rate.Store(math.Float64bits(r))
+	l.interval.Store(max(int64(float64(time.Second)/r), 1))
+}
+
+// Success reports that the call succeeded: the rate rises (or, in slow start, the
+// window widens by one call).
+func (p Permit) Success() {
+	l := p.l
+	if l == nil {
+		return
+	}
+	now := l.o.Now().UnixNano()
+	l.succ.add(now)
+	if p.slow {
+		l.window.Add(1)
+		l.leaveWindow()
+		return
+	}
+	if l.o.Fixed || now-l.limited.Load() > int64(time.Second) {
+		// The pace did not hold anybody back lately: a rate that is not
+		// used is not evidence that the dependency takes more.
+		return
+	}
+	for {
+		bits := l.rate.Load()
+		r := math.Float64frombits(bits)
+		if r >= l.ceiling || math.IsInf(r, 1) {
+			return
+		}
+		gain := l.increase
+		if peak := math.Float64frombits(l.peak.Load()); r < peak {
+			gain = max(gain, (peak-r)/2)
+		}
+		// Successes arrive about r a second: gain/r each raises the rate by
+		// gain per second.
+		nr := min(r+gain/r, l.ceiling)
+		if l.rate.CompareAndSwap(bits, math.Float64bits(nr)) {
+			l.interval.Store(max(int64(float64(time.Second)/nr), 1))
+			return
+		}
+	}
+}
+
+// PushBack reports that the dependency pushed back (a 429, a 503, a rate-limited
+// error): the rate drops by the Decrease factor, once for all the calls that started
+// before the previous drop. The first push back ends slow start.
+func (p Permit) PushBack() {
+	l := p.l
+	if l == nil {
+		return
+	}
+	if p.slow {
+		l.inflight.Add(-1)
+	}
+	if l.o.Fixed {
+		return
+	}
+	now := l.o.Now().UnixNano()
+	for {
+		last := l.lastCut.Load()
+		if p.start < last {
+			// Started before the last drop: that drop already answered it.
+			if p.slow {
+				l.signal()
+			}
+			return
+		}
+		if l.lastCut.CompareAndSwap(last, now) {
+			break
+		}
+	}
+	r := l.Rate()
+	if l.slow.Swap(false) {
+		// Slow start ends at the rate the dependency delivered: the successes of the last
+		// second, which also counts a burst it let through.
+		elapsed := min(max(now-l.first.Load(), int64(100*time.Millisecond)), int64(time.Second))
+		r = float64(l.succ.sum(now)) * float64(time.Second) / float64(elapsed)
+		r = max(r, l.floor)
+		l.tat.Store(now)
+		l.signal()
+	}
+	r = min(r, l.ceiling)
+	l.peak.Store(math.Float64bits(r))
+	l.setRate(r * l.decrease)
+}
+
+// Done reports a result that says nothing about the dependency's capacity (an invalid
+// input, a call that was abandoned before it went out).
+func (p Permit) Done() {
+	if p.l != nil && p.slow {
+		p.l.leaveWindow()
+	}
+}
+
+// PauseUntil makes the next call wait until t, then resumes at the current rate from a
+// random point of the first interval, so that callers released together do not start
+// together. A limiter in slow start leaves it and paces from t.
+func (l *Limiter) PauseUntil(t time.Time) {
+	if l.slow.Swap(false) {
+		now := l.o.Now().UnixNano()
+		elapsed := min(max(now-l.first.Load(), int64(100*time.Millisecond)), int64(time.Second))
+		r := max(float64(l.succ.sum(now))*float64(time.Second)/float64(elapsed), l.floor)
+		l.peak.Store(math.Float64bits(r))
+		l.setRate(r)
+		l.signal()
+	}
+	iv := l.interval.Load()
+	at := t.UnixNano() + rand.Int64N(iv+1) + (l.burst-1)*iv
+	for {
+		tat := l.tat.Load()
+		if tat >= at || l.tat.CompareAndSwap(tat, at) {
+			return
+		}
+	}
+}
+
+// successRing counts successes over the last second in ten 100 ms buckets. A bucket
+// being reset while another goroutine adds to it may lose that count: the ring is an
+// estimate, kept lock-free for the success path.
+type successRing struct {
+	b [10]struct{ epoch, n atomic.Int64 }
+}
+
+const ringBucket = int64(100 * time.Millisecond)
+
+func (r *successRing) add(now int64) {
+	e := now/ringBucket + 1
+	bk := &r.b[e%int64(len(r.b))]
+	if old := bk.epoch.Load(); old != e && bk.epoch.CompareAndSwap(old, e) {
+		bk.n.Store(0)
+	}
+	bk.n.Add(1)
+}
+
+func (r *successRing) sum(now int64) int64 {
+	e := now/ringBucket + 1
+	var s int64
+	for i := range r.b {
+		bk := &r.b[i]
+		if ep := bk.epoch.Load(); ep > e-int64(len(r.b)) && ep <= e {
+			s += bk.n.Load()
+		}
+	}
+	return s
+}
