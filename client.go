@@ -98,6 +98,9 @@ var (
 	ErrStarted = errors.New("redrive: client already started")
 	// ErrNotStarted is returned by Stop before Start.
 	ErrNotStarted = errors.New("redrive: client not started")
+	// ErrRunMismatch is returned by StartRun when the named run it would
+	// resume was made from another source (RunOptions.SourceHash).
+	ErrRunMismatch = errors.New("redrive: the named run was made from other input")
 )
 
 // Client submits runs and, once started, works the items of its registered
@@ -149,7 +152,9 @@ func (c *Client) pipeline(name string) (*Pipeline, error) {
 
 // StartRun creates a run of a registered pipeline and enqueues its items.
 // With opts.Name set, starting a run whose name exists resumes it: items
-// whose keys it holds are not added again, so a rerun redoes nothing.
+// whose keys it holds are not added again, so a rerun redoes nothing. When
+// opts.SourceHash is set and differs from the existing run's, nothing is
+// added and the error wraps ErrRunMismatch (the run is returned too).
 func (c *Client) StartRun(ctx context.Context, pipeline string, items []NewItem, opts RunOptions) (Run, error) {
 	if _, err := c.pipeline(pipeline); err != nil {
 		return Run{}, err
@@ -157,9 +162,17 @@ func (c *Client) StartRun(ctx context.Context, pipeline string, items []NewItem,
 	if err := opts.Validate(); err != nil {
 		return Run{}, err
 	}
-	run, _, err := c.store.CreateRun(ctx, pipeline, opts, c.cfg.Now())
+	run, created, err := c.store.CreateRun(ctx, pipeline, opts, c.cfg.Now())
 	if err != nil {
 		return Run{}, fmt.Errorf("redrive: start run: %w", err)
+	}
+	if !created && opts.SourceHash != "" && run.Options.SourceHash != opts.SourceHash {
+		was := run.Options.Source
+		if was == "" {
+			was = "unrecorded input"
+		}
+		return run, fmt.Errorf("%w: run %d %q holds items of %s (%s), not of %s (%s)", ErrRunMismatch,
+			run.ID, run.Name, was, orNone(run.Options.SourceHash), opts.Source, opts.SourceHash)
 	}
 	if len(items) == 0 && run.Counts.Total == 0 {
 		// An empty run has nothing to wait for.
@@ -211,6 +224,13 @@ func (c *Client) AddItems(ctx context.Context, runID int64, items []NewItem) ([]
 	}
 	c.wake()
 	return out, nil
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "no content hash"
+	}
+	return s
 }
 
 func (c *Client) wake() {

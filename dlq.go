@@ -21,6 +21,14 @@ type RedriveOptions struct {
 	Rate float64
 	// Now is the time the first item is due. Default time.Now().
 	Now time.Time
+	// FromStage, when set, restarts the items at this earlier stage of
+	// their pipeline, with the input that stage had (the previous stage's
+	// stored output, or the item's original input for the first stage),
+	// rather than at the stage that stopped them: bad output of an earlier
+	// stage is then made again. Every selected item must have reached the
+	// stage, else nothing is redriven and the error wraps ErrBadFilter.
+	// Default "": the stage that stopped each item.
+	FromStage string
 }
 
 // ErrBadFilter is wrapped by the errors of functions given a filter that
@@ -54,7 +62,7 @@ func Redrive(ctx context.Context, s Store, f ItemFilter, o RedriveOptions) (int,
 	if o.Rate < 0 {
 		return 0, fmt.Errorf("%w: rate must not be negative", ErrBadFilter)
 	}
-	if o.DryRun {
+	if o.DryRun && o.FromStage == "" {
 		n, err := s.Count(ctx, f)
 		if err != nil {
 			return 0, fmt.Errorf("redrive: count items to redrive: %w", err)
@@ -68,7 +76,12 @@ func Redrive(ctx context.Context, s Store, f ItemFilter, o RedriveOptions) (int,
 	if o.Rate > 0 {
 		interval = time.Duration(float64(time.Second) / o.Rate)
 	}
-	n, err := s.Redrive(ctx, f, o.Now, interval)
+	var n int
+	if o.FromStage != "" {
+		n, err = s.RedriveFrom(ctx, RedriveFromRequest{Filter: f, Stage: o.FromStage, Now: o.Now, Interval: interval, DryRun: o.DryRun})
+	} else {
+		n, err = s.Redrive(ctx, f, o.Now, interval)
+	}
 	if err != nil {
 		return 0, fmt.Errorf("redrive: redrive: %w", err)
 	}

@@ -123,6 +123,7 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	e.bg.Add(1)
 	go e.monitorLoop()
+	e.startWorkerHeartbeat()
 	if n, ok := c.store.(Notifier); ok {
 		ch := n.Notifications(e.claimCtx)
 		e.bg.Add(1)

@@ -89,14 +89,32 @@ type Store interface {
 	// Item i is due at now + i*interval. Runs that had finished reopen.
 	// Returns how many items it redrove.
 	Redrive(ctx context.Context, f ItemFilter, now time.Time, interval time.Duration) (int, error)
+	// RedriveFrom is Redrive that restarts each item selected by
+	// req.Filter at the earlier stage req.Stage, with the input that stage
+	// had as its payload: the previous stage's output, which stores keep
+	// when an item moves on, or the item's original input for the first
+	// stage. Every selected item must have reached the stage: otherwise
+	// nothing changes and the error wraps ErrBadFilter. An item stopped at
+	// req.Stage itself is redriven as Redrive would. With req.DryRun it
+	// checks and counts, and changes nothing.
+	RedriveFrom(ctx context.Context, req RedriveFromRequest) (int, error)
 	// Purge deletes the dead items selected by f (and canceled ones when f
-	// names that state) with their attempts.
+	// names that state) with their attempts. Their runs keep counting them,
+	// as Counts.Purged.
 	Purge(ctx context.Context, f ItemFilter) (int, error)
 	// Count counts the items selected by f.
 	Count(ctx context.Context, f ItemFilter) (int, error)
 	// DeleteSucceeded deletes succeeded items last updated before t, with
 	// their attempts, at most limit of them, and returns how many.
 	DeleteSucceeded(ctx context.Context, before time.Time, limit int) (int, error)
+
+	// UpsertWorker records that worker w is alive: it inserts or replaces
+	// the row of w.Owner.
+	UpsertWorker(ctx context.Context, w Worker) error
+	// RemoveWorker deletes the row of owner; a missing row is not an error.
+	RemoveWorker(ctx context.Context, owner string) error
+	// ListWorkers lists the recorded workers by owner, stale ones included.
+	ListWorkers(ctx context.Context) ([]Worker, error)
 
 	// Close releases the store's resources.
 	Close() error
@@ -124,6 +142,20 @@ type EnqueueRequest struct {
 type Enqueued struct {
 	ID       int64 `json:"id"`
 	Existing bool  `json:"existing"`
+}
+
+// RedriveFromRequest asks a store to redrive items from an earlier stage.
+type RedriveFromRequest struct {
+	// Filter selects the items, as for Redrive.
+	Filter ItemFilter
+	// Stage is the stage to restart them at. Required.
+	Stage string
+	// Now is when the first item is due; item i is due at
+	// Now + i*Interval.
+	Now      time.Time
+	Interval time.Duration
+	// DryRun checks and counts without changing anything. Default false.
+	DryRun bool
 }
 
 // StageKey names a stage of a pipeline.
@@ -204,7 +236,8 @@ type ItemFilter struct {
 	States   []State
 	// Class matches the reason's class of dead and canceled items.
 	Class string
-	// ErrorContains matches a substring of the reason's error.
+	// ErrorContains matches a substring of the reason's error, ignoring
+	// case (SQLite folds the case of ASCII letters only).
 	ErrorContains string
 	// Since and Until bound the time the item reached its state
 	// (the reason's time for dead and canceled items, else UpdatedAt).

@@ -130,7 +130,9 @@ type Attempt struct {
 }
 
 // Counts are the items of a run by state. Total always equals the sum of
-// the others.
+// the others, purged items included: a purge removes items, not the fact
+// that the run had them, so a run's total and success rate do not change
+// when its dead letters are purged.
 type Counts struct {
 	Total     int `json:"total"`
 	Pending   int `json:"pending"`
@@ -138,10 +140,18 @@ type Counts struct {
 	Succeeded int `json:"succeeded"`
 	Dead      int `json:"dead"`
 	Canceled  int `json:"canceled"`
+	// Purged counts the dead and canceled items deleted by Purge.
+	Purged int `json:"purged"`
 }
 
-// Finished is the number of items that reached a final state.
-func (c Counts) Finished() int { return c.Succeeded + c.Dead + c.Canceled }
+// Finished is the number of items that reached a final state (purged
+// items had).
+func (c Counts) Finished() int { return c.Succeeded + c.Dead + c.Canceled + c.Purged }
+
+// AddsUp reports whether Total is the sum of the counts by state.
+func (c Counts) AddsUp() bool {
+	return c.Total == c.Pending+c.Running+c.Succeeded+c.Dead+c.Canceled+c.Purged
+}
 
 // Add adds n items in state s.
 func (c *Counts) Add(s State, n int) {
@@ -178,6 +188,14 @@ type RunOptions struct {
 	// MinItems is how many items must have finished before the failure
 	// budget is judged. Default: 50, or the run's total when smaller.
 	MinItems int `json:"min_items,omitempty"`
+	// Source says where the run's items came from (the runner records its
+	// input file's path), for operators. Default: none.
+	Source string `json:"source,omitempty"`
+	// SourceHash identifies the content of the source (the runner records
+	// "sha256:<hex>" of its input file). Resuming a named run with a
+	// different SourceHash fails with ErrRunMismatch, so that different
+	// input is never merged into a run. Default: none, not checked.
+	SourceHash string `json:"source_hash,omitempty"`
 }
 
 // Defaults of RunOptions.

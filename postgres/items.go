@@ -98,7 +98,7 @@ func itemWhere(f redrive.ItemFilter, a *args) string {
 		conds = append(conds, "reason_class = "+a.add(f.Class))
 	}
 	if f.ErrorContains != "" {
-		conds = append(conds, "strpos(reason_error, "+a.add(f.ErrorContains)+") > 0")
+		conds = append(conds, "strpos(lower(reason_error), lower("+a.add(f.ErrorContains)+")) > 0")
 	}
 	if !f.Since.IsZero() {
 		conds = append(conds, reachedAt+" >= "+a.add(f.Since))

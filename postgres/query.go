@@ -296,8 +296,8 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 }
 
 // Purge deletes the dead items selected by f, and canceled ones when
-// f.States names that state, with their attempts. It returns how many items
-// it deleted.
+// f.States names that state, with their attempts, and counts them as purged
+// in their runs. It returns how many items it deleted.
 func (s *Store) Purge(ctx context.Context, f redrive.ItemFilter) (int, error) {
 	f, err := withStates("purge", f, redrive.StateDead, redrive.StateDead, redrive.StateCanceled)
 	if err != nil {
@@ -305,12 +305,19 @@ func (s *Store) Purge(ctx context.Context, f redrive.ItemFilter) (int, error) {
 	}
 	var a args
 	// The outer state condition is re-checked on rows redriven meanwhile.
-	n, err := s.deleteItems(ctx, `DELETE FROM `+s.q+`.items WHERE state = ANY(`+a.add(statesText(f.States))+`::text[]) AND id = ANY(ARRAY(
-		SELECT id FROM `+s.q+`.items WHERE `+itemWhere(f, &a)+` ORDER BY id`+limitClause(&a, f.Limit)+`))`, a)
+	// The runs keep counting the purged items: the delete trigger takes
+	// them off their state's count in run_counts, and the same statement
+	// adds them under 'purged'.
+	var n int64
+	err = s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM `+s.q+`.items WHERE state = ANY(`+a.add(statesText(f.States))+`::text[]) AND id = ANY(ARRAY(
+		SELECT id FROM `+s.q+`.items WHERE `+itemWhere(f, &a)+` ORDER BY id`+limitClause(&a, f.Limit)+`)) RETURNING id, run_id),
+	da AS (DELETE FROM `+s.q+`.attempts WHERE item_id IN (SELECT id FROM d)),
+	pc AS (INSERT INTO `+s.q+`.run_counts (run_id, state, n) SELECT run_id, 'purged', count(*) FROM d GROUP BY run_id)
+	SELECT count(*) FROM d`, a...).Scan(&n)
 	if err != nil {
 		return 0, s.fail("purge", err)
 	}
-	return n, nil
+	return int(n), nil
 }
 
 // Count counts the items selected by f, at most f.Limit when it is set.

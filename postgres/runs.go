@@ -23,15 +23,16 @@ type querier interface {
 // rows); append WHERE/ORDER/LIMIT.
 func (s *Store) runSelect() string {
 	return `SELECT r.id, r.pipeline, r.name, r.status, r.success_threshold, r.partial_threshold,
-		r.failure_budget, r.min_items, r.created_at, r.finished_at, r.reason,
-		c.total, c.pending, c.running, c.succeeded, c.dead, c.canceled
+		r.failure_budget, r.min_items, r.created_at, r.finished_at, r.reason, r.source, r.source_hash,
+		c.total, c.pending, c.running, c.succeeded, c.dead, c.canceled, c.purged
 	FROM ` + s.q + `.runs r
 	CROSS JOIN LATERAL (SELECT coalesce(sum(n), 0)::bigint AS total,
 		coalesce(sum(n) FILTER (WHERE c.state = 'pending'), 0)::bigint AS pending,
 		coalesce(sum(n) FILTER (WHERE c.state = 'running'), 0)::bigint AS running,
 		coalesce(sum(n) FILTER (WHERE c.state = 'succeeded'), 0)::bigint AS succeeded,
 		coalesce(sum(n) FILTER (WHERE c.state = 'dead'), 0)::bigint AS dead,
-		coalesce(sum(n) FILTER (WHERE c.state = 'canceled'), 0)::bigint AS canceled
+		coalesce(sum(n) FILTER (WHERE c.state = 'canceled'), 0)::bigint AS canceled,
+		coalesce(sum(n) FILTER (WHERE c.state = 'purged'), 0)::bigint AS purged
 		FROM ` + s.q + `.run_counts c WHERE c.run_id = r.id) c`
 }
 
@@ -41,11 +42,11 @@ func scanRun(row pgx.Row) (redrive.Run, error) {
 		status   string
 		minItems int32
 		finished *time.Time
-		c        [6]int64
+		c        [7]int64
 	)
 	err := row.Scan(&r.ID, &r.Pipeline, &r.Name, &status, &r.Options.SuccessThreshold, &r.Options.PartialThreshold,
-		&r.Options.FailureBudget, &minItems, &r.CreatedAt, &finished, &r.Reason,
-		&c[0], &c[1], &c[2], &c[3], &c[4], &c[5])
+		&r.Options.FailureBudget, &minItems, &r.CreatedAt, &finished, &r.Reason, &r.Options.Source, &r.Options.SourceHash,
+		&c[0], &c[1], &c[2], &c[3], &c[4], &c[5], &c[6])
 	if err != nil {
 		return r, err
 	}
@@ -57,7 +58,7 @@ func scanRun(row pgx.Row) (redrive.Run, error) {
 		r.FinishedAt = finished.UTC()
 	}
 	r.Counts = redrive.Counts{Total: int(c[0]), Pending: int(c[1]), Running: int(c[2]),
-		Succeeded: int(c[3]), Dead: int(c[4]), Canceled: int(c[5])}
+		Succeeded: int(c[3]), Dead: int(c[4]), Canceled: int(c[5]), Purged: int(c[6])}
 	return r, nil
 }
 
@@ -90,8 +91,8 @@ func (s *Store) createRun(ctx context.Context, q querier, p string, opts redrive
 	}
 	sql := `WITH ins AS (
 		INSERT INTO ` + s.q + `.runs (pipeline, name, status, success_threshold, partial_threshold,
-			failure_budget, min_items, created_at)
-		VALUES ($1, $2, 'running', $3, $4, $5, $6, $7)
+			failure_budget, min_items, created_at, source, source_hash)
+		VALUES ($1, $2, 'running', $3, $4, $5, $6, $7, $8, $9)
 		ON CONFLICT (pipeline, name) WHERE name <> '' DO NOTHING
 		RETURNING id)
 	SELECT id, true FROM ins
@@ -104,7 +105,7 @@ func (s *Store) createRun(ctx context.Context, q querier, p string, opts redrive
 		var id int64
 		var created bool
 		err := q.QueryRow(ctx, sql, p, opts.Name, opts.SuccessThreshold, opts.PartialThreshold,
-			opts.FailureBudget, opts.MinItems, now).Scan(&id, &created)
+			opts.FailureBudget, opts.MinItems, now, opts.Source, opts.SourceHash).Scan(&id, &created)
 		if errors.Is(err, pgx.ErrNoRows) && try < 3 {
 			continue
 		}

@@ -46,7 +46,7 @@ func itemWhere(f redrive.ItemFilter) (string, []any) {
 		args = append(args, f.Class)
 	}
 	if f.ErrorContains != "" {
-		where = append(where, "instr(reason_error, ?) > 0")
+		where = append(where, "instr(lower(reason_error), lower(?)) > 0")
 		args = append(args, f.ErrorContains)
 	}
 	if !f.Since.IsZero() {
@@ -406,8 +406,8 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 }
 
 // Purge deletes the dead items selected by f, and canceled ones when
-// f.States names that state, with their attempts. It returns how many items
-// it deleted.
+// f.States names that state, with their attempts, and counts them as purged
+// in their runs. It returns how many items it deleted.
 func (s *Store) Purge(ctx context.Context, f redrive.ItemFilter) (int, error) {
 	if err := f.Validate(); err != nil {
 		return 0, fmt.Errorf("sqlite: purge: %w", err)
@@ -418,9 +418,16 @@ func (s *Store) Purge(ctx context.Context, f redrive.ItemFilter) (int, error) {
 	}
 	where, args := itemWhere(f)
 	n := 0
+	sel := `SELECT id FROM items WHERE ` + where + ` ORDER BY id` + limitClause(f.Limit)
 	err = s.writeTx(ctx, "purge", func(tx *sql.Tx) error {
+		// The runs keep counting what is purged (redrive.Counts.Purged).
+		if _, err := tx.ExecContext(ctx, `UPDATE runs SET purged = purged + p.n
+			FROM (SELECT run_id, COUNT(*) AS n FROM items WHERE id IN (`+sel+`) GROUP BY run_id) AS p
+			WHERE runs.id = p.run_id`, args...); err != nil {
+			return err
+		}
 		var err error
-		n, err = deleteItems(ctx, tx, `SELECT id FROM items WHERE `+where+` ORDER BY id`+limitClause(f.Limit), args)
+		n, err = deleteItems(ctx, tx, sel, args)
 		return err
 	})
 	return n, err

@@ -87,9 +87,12 @@ func (s *Store) CreateRun(ctx context.Context, p string, opts redrive.RunOptions
 	return run, created, nil
 }
 
+// runCounts counts a run's items by state, and its purged items, which the
+// run keeps counting (see redrive.Counts).
 func runCounts(ctx context.Context, q queryer, id int64) (redrive.Counts, error) {
 	var c redrive.Counts
-	rows, err := q.QueryContext(ctx, `SELECT state, COUNT(*) FROM items WHERE run_id = ? GROUP BY state`, id)
+	rows, err := q.QueryContext(ctx, `SELECT state, COUNT(*) FROM items WHERE run_id = ? GROUP BY state
+		UNION ALL SELECT 'purged', purged FROM runs WHERE id = ? AND purged > 0`, id, id)
 	if err != nil {
 		return c, err
 	}
@@ -99,6 +102,11 @@ func runCounts(ctx context.Context, q queryer, id int64) (redrive.Counts, error)
 		var n int
 		if err := rows.Scan(&st, &n); err != nil {
 			return c, err
+		}
+		if st == "purged" {
+			c.Purged += n
+			c.Total += n
+			continue
 		}
 		c.Add(redrive.State(st), n)
 	}

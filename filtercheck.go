@@ -1,0 +1,90 @@
+package redrive
+
+import (
+	"context"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// KnownClasses are the classes a reason may have: the retry package's
+// (final, retryable, rate_limited) and the engine's own.
+var KnownClasses = []string{"final", "retryable", "rate_limited", ClassCanceled, ClassInvalidInput, ClassLost}
+
+// CheckFilter reports a filter that names something that does not exist,
+// so that a typo is an error rather than "no items match": a run that does
+// not exist (the error wraps ErrNotFound), or a pipeline, stage or class
+// that no item has (the error wraps ErrBadFilter and lists what exists).
+// A class outside KnownClasses is accepted when some dead or canceled item
+// has it.
+func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
+	if err := f.Validate(); err != nil {
+		return fmt.Errorf("%w: %w", ErrBadFilter, err)
+	}
+	if f.RunID != 0 {
+		run, err := s.GetRun(ctx, f.RunID)
+		if err != nil {
+			return fmt.Errorf("redrive: run %d: %w", f.RunID, err)
+		}
+		if f.Pipeline != "" && run.Pipeline != f.Pipeline {
+			return fmt.Errorf("%w: run %d is a run of pipeline %q, not %q", ErrBadFilter, run.ID, run.Pipeline, f.Pipeline)
+		}
+	} else if f.Pipeline != "" {
+		runs, err := s.ListRuns(ctx, RunFilter{Pipeline: f.Pipeline, Limit: 1})
+		if err != nil {
+			return fmt.Errorf("redrive: check pipeline: %w", err)
+		}
+		if len(runs) == 0 {
+			return fmt.Errorf("%w: no run of pipeline %q exists (see the runs list for pipeline names)", ErrBadFilter, f.Pipeline)
+		}
+	}
+	if f.Class != "" && !slices.Contains(KnownClasses, f.Class) {
+		n, err := s.Count(ctx, ItemFilter{Class: f.Class, States: []State{StateDead, StateCanceled}, Limit: 1})
+		if err != nil {
+			return fmt.Errorf("redrive: check class: %w", err)
+		}
+		if n == 0 {
+			return fmt.Errorf("%w: unknown class %q: use one of %s", ErrBadFilter, f.Class, strings.Join(KnownClasses, ", "))
+		}
+	}
+	if f.Stage != "" {
+		scope := ItemFilter{RunID: f.RunID, Pipeline: f.Pipeline}
+		if err := checkStage(ctx, s, scope, f.Stage); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkStage reports a stage at which no item of scope is.
+func checkStage(ctx context.Context, s Store, scope ItemFilter, stage string) error {
+	scope.Stage, scope.Limit = stage, 1
+	n, err := s.Count(ctx, scope)
+	if err != nil {
+		return fmt.Errorf("redrive: check stage: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	counts, err := s.StateCounts(ctx, scope.RunID)
+	if err != nil {
+		return fmt.Errorf("redrive: check stage: %w", err)
+	}
+	var stages []string
+	for _, c := range counts {
+		if (scope.Pipeline == "" || c.Pipeline == scope.Pipeline) && !slices.Contains(stages, c.Stage) {
+			stages = append(stages, c.Stage)
+		}
+	}
+	where := "any item"
+	switch {
+	case scope.RunID != 0:
+		where = fmt.Sprintf("an item of run %d", scope.RunID)
+	case scope.Pipeline != "":
+		where = fmt.Sprintf("an item of pipeline %q", scope.Pipeline)
+	}
+	if len(stages) == 0 {
+		return fmt.Errorf("%w: unknown stage %q: no item is at any stage", ErrBadFilter, stage)
+	}
+	return fmt.Errorf("%w: unknown stage %q: it is not the stage of %s (stages with items: %s)", ErrBadFilter, stage, where, strings.Join(stages, ", "))
+}
