@@ -49,8 +49,8 @@ func (s *Store) ListWorkers(ctx context.Context) ([]redrive.Worker, error) {
 	var out []redrive.Worker
 	for rows.Next() {
 		var (
-			w                         redrive.Worker
-			ps                        string
+			w                        redrive.Worker
+			ps                       string
 			started, seen, expiresAt int64
 		)
 		if err := rows.Scan(&w.Owner, &w.Host, &w.PID, &ps, &started, &seen, &expiresAt); err != nil {

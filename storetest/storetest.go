@@ -90,6 +90,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"DeleteSucceeded", testDeleteSucceeded},
 		{"FilterValidate", testFilterValidate},
 		{"TimeRoundTrip", testTimeRoundTrip},
+		{"PurgeKeepsCounts", testPurgeKeepsCounts}, {"ErrorContainsIgnoresCase", testErrorContainsIgnoresCase}, {"RunSource", testRunSource}, {"Workers", testWorkers}, {"RedriveFromStage", testRedriveFromStage},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -938,7 +939,7 @@ func testCompleteBatch(h *h) {
 
 func checkCounts(h *h, c redrive.Counts) {
 	h.Helper()
-	if c.Total != c.Pending+c.Running+c.Succeeded+c.Dead+c.Canceled {
+	if !c.AddsUp() {
 		h.Errorf("counts do not add up: %+v", c)
 	}
 }
@@ -1663,8 +1664,8 @@ func testPurge(h *h) {
 	}
 	c := h.getRun(r.ID).Counts
 	checkCounts(h, c)
-	if c.Total != 2 {
-		h.Errorf("counts after purge = %+v", c)
+	if c.Total != 7 || c.Purged != 5 {
+		h.Errorf("counts after purge = %+v, want the total of 7 kept with 5 purged", c)
 	}
 }
 
