@@ -81,7 +81,7 @@ stages:
 	}
 	fmt.Print(string(out))
 	// Output:
-	// run "echo:items.jsonl": completed, exit status 0
+	// run "echo:items.jsonl@597c96c07f44": completed, exit status 0
 	// input: 2 items, 2 added, 0 invalid
 	// items: 2 total = 2 succeeded + 0 dead + 0 canceled
 	// {"id":"doc-1","output":{"id":"doc-1","text":"hello"}}

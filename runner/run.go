@@ -3,6 +3,8 @@ package runner
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -34,7 +36,10 @@ type Options struct {
 	// workers, else DefaultWorkers (8).
 	Workers int
 	// RunName names the run; running again with the same name and database
-	// resumes it. Default: DefaultRunName(spec, Input).
+	// resumes it, provided the input file's content is the same (else
+	// Execute fails with ErrUsage wrapping redrive.ErrRunMismatch).
+	// Default: DefaultRunName(spec, Input, its content hash), so that the
+	// same input resumes its run and other input makes a new one.
 	RunName string
 	// Run overrides the file's run options field by field.
 	Run RunSpec
@@ -63,10 +68,29 @@ type Options struct {
 const DefaultDB = "sqlite:redrive.db"
 
 // DefaultRunName is the run name used when Options.RunName is empty:
-// "<pipeline name>:<input file's base name>", so that the same command
-// against the same database resumes the same run.
-func DefaultRunName(s *Spec, input string) string {
-	return s.Name + ":" + filepath.Base(input)
+// "<pipeline name>:<input file's base name>@<first 12 hex digits of its
+// content hash>", so that the same command over the same input resumes the
+// same run, and an input file of the same name with other content (say
+// feb/items.jsonl after jan/items.jsonl) makes a run of its own. hash is
+// InputHash's result.
+func DefaultRunName(s *Spec, input, hash string) string {
+	h := strings.TrimPrefix(hash, "sha256:")
+	return s.Name + ":" + filepath.Base(input) + "@" + h[:min(12, len(h))]
+}
+
+// InputHash returns "sha256:<hex>" of the file's content: a run records it
+// (redrive.RunOptions.SourceHash) and is resumed only with the same input.
+func InputHash(path string) (string, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return "", fmt.Errorf("runner: input: %w", err)
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("runner: input %s: %w", path, err)
+	}
+	return "sha256:" + hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Pipeline builds the engine pipeline of a spec. It fails for a stage
@@ -111,9 +135,6 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 	if opts.DB == "" {
 		opts.DB = DefaultDB
 	}
-	if opts.RunName == "" {
-		opts.RunName = DefaultRunName(s, opts.Input)
-	}
 	workers := opts.Workers
 	if workers <= 0 {
 		workers = s.Workers
@@ -145,6 +166,14 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 		}
 		return nil, err
 	}
+	hash, err := InputHash(opts.Input)
+	if err != nil {
+		return nil, err
+	}
+	if opts.RunName == "" {
+		opts.RunName = DefaultRunName(s, opts.Input, hash)
+	}
+	runOpts.Source, runOpts.SourceHash = opts.Input, hash
 
 	// The store outlives ctx: a graceful stop still records and releases.
 	bg := context.WithoutCancel(ctx)
@@ -171,6 +200,9 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 	}
 	runOpts.Name = opts.RunName
 	run, err := client.StartRun(ctx, pipeline.Name, nil, runOpts)
+	if errors.Is(err, redrive.ErrRunMismatch) {
+		return nil, fmt.Errorf("%w: %w: give another --run-name for a new run, or the input this run was made from to resume it", ErrUsage, err)
+	}
 	if err != nil {
 		return nil, interrupted(ctx, fmt.Errorf("runner: start run: %w", err))
 	}
@@ -186,7 +218,7 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 	if err != nil {
 		return nil, interrupted(ctx, fmt.Errorf("runner: add items: %w", err))
 	}
-	sum := &Summary{RunID: run.ID, RunName: opts.RunName, Pipeline: pipeline.Name, DB: opts.DB,
+	sum := &Summary{RunID: run.ID, RunName: opts.RunName, Pipeline: pipeline.Name, DB: opts.DB, Spec: s.File,
 		Input: InputCounts{File: opts.Input, Items: len(lines), Invalid: invalid}}
 	for _, e := range enq {
 		if e.Existing {

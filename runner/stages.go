@@ -45,9 +45,16 @@ const maxOutput = 64 << 20
 
 // handler builds the handler of a stage.
 func (s *Spec) handler(st *StageSpec) (redrive.Handler, error) {
+	if err := st.checkEnv(); err != nil {
+		return nil, specError(s.File, err)
+	}
 	switch {
 	case st.Exec != nil:
-		return s.execHandler(st), nil
+		command, err := s.commandPath(st)
+		if err != nil {
+			return nil, specError(s.File, err)
+		}
+		return s.execHandler(st, command), nil
 	case st.HTTP != nil:
 		return httpHandler(st), nil
 	}
@@ -94,12 +101,9 @@ func parseWait(v string, now time.Time) (time.Duration, bool) {
 	return retryhttp.ParseRetryAfter(v, now)
 }
 
-func (s *Spec) execHandler(st *StageSpec) redrive.Handler {
+// execHandler runs command, the stage's command resolved by commandPath.
+func (s *Spec) execHandler(st *StageSpec, command string) redrive.Handler {
 	e := st.Exec
-	command := expandEnv(e.Command)
-	if strings.ContainsRune(command, filepath.Separator) && !filepath.IsAbs(command) {
-		command = filepath.Join(s.dir(), command)
-	}
 	dir := ""
 	if e.Dir != "" {
 		dir = expandEnv(e.Dir)
@@ -117,11 +121,7 @@ func (s *Spec) execHandler(st *StageSpec) redrive.Handler {
 	}
 	stage := st.Name
 	return func(ctx context.Context, item *redrive.Item) ([]byte, error) {
-		path, err := exec.LookPath(command)
-		if err != nil {
-			return nil, retry.Final(fmt.Errorf("command not found: %s: %w", command, err))
-		}
-		cmd := exec.CommandContext(ctx, path, args...)
+		cmd := exec.CommandContext(ctx, command, args...)
 		cmd.Dir = dir
 		cmd.Env = append(os.Environ(), env...)
 		cmd.Env = append(cmd.Env,
@@ -140,7 +140,7 @@ func (s *Spec) execHandler(st *StageSpec) redrive.Handler {
 		cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 		cmd.Cancel = func() error { return syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL) }
 		cmd.WaitDelay = time.Second
-		err = cmd.Run()
+		err := cmd.Run()
 		if ctx.Err() != nil {
 			if errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return nil, retry.Retryable(fmt.Errorf("%s: timed out: %w", command, ctx.Err()))

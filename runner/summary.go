@@ -24,8 +24,12 @@ const (
 	ExitPartial = 3
 	// ExitFailed: the run ended failed.
 	ExitFailed = 4
-	// ExitAborted: the run was aborted (failure budget exceeded).
+	// ExitAborted: the run was aborted because its failure budget was
+	// exceeded.
 	ExitAborted = 5
+	// ExitCanceled: the run was canceled by an operator (redrive's API or
+	// Client.CancelRun) while it ran.
+	ExitCanceled = 6
 	// ExitInterrupted: stopped by SIGINT or SIGTERM; the same command resumes.
 	ExitInterrupted = 130
 )
@@ -68,6 +72,9 @@ type Summary struct {
 	RunName string `json:"run_name"`
 	// Pipeline is the pipeline's name.
 	Pipeline string `json:"pipeline"`
+	// Spec is the pipeline file, named in the command that works redriven
+	// items.
+	Spec string `json:"spec,omitempty"`
 	// DB is the database, password redacted.
 	DB string `json:"db"`
 	// Status is the run's status (running if interrupted).
@@ -104,8 +111,12 @@ type Summary struct {
 	// Output is the --output file, OutputItems the lines written to it.
 	Output      string `json:"output,omitempty"`
 	OutputItems int    `json:"output_items,omitempty"`
-	// Commands are the commands to list and redrive the dead items.
-	// ("dlq_list", "dlq_redrive").
+	// Commands are the commands to go on with, by name: "dlq_list" lists
+	// the dead (and canceled) items; "dlq_redrive" redrives the dead ones,
+	// and "dlq_redrive_<class>" those of one class; "dlq_redrive_canceled"
+	// redrives the items an abort canceled; "work" is the command that works
+	// redriven items (this run's command again). Only the commands that
+	// apply are given.
 	Commands map[string]string `json:"commands"`
 	// Elapsed is the wall time of Execute.
 	Elapsed Seconds `json:"elapsed_seconds"`
@@ -124,16 +135,19 @@ func (s *Summary) ExitCode() int {
 	case redrive.RunFailed:
 		return ExitFailed
 	case redrive.RunAborted:
-		return ExitAborted
+		if s.FailureBudget.Exceeded {
+			return ExitAborted
+		}
+		return ExitCanceled
 	}
 	return ExitError
 }
 
 func (s *Summary) fill(ctx context.Context, store redrive.Store, r redrive.Run, p *progress) error {
 	c := r.Counts
-	if c.Total != c.Pending+c.Running+c.Succeeded+c.Dead+c.Canceled {
-		return fmt.Errorf("runner: run %d: counts do not add up: total %d != %d pending + %d running + %d succeeded + %d dead + %d canceled",
-			r.ID, c.Total, c.Pending, c.Running, c.Succeeded, c.Dead, c.Canceled)
+	if !c.AddsUp() {
+		return fmt.Errorf("runner: run %d: counts do not add up: total %d != %d pending + %d running + %d succeeded + %d dead + %d canceled + %d purged",
+			r.ID, c.Total, c.Pending, c.Running, c.Succeeded, c.Dead, c.Canceled, c.Purged)
 	}
 	s.Status, s.Reason, s.Counts = r.Status, r.Reason, c
 	s.SuccessRate = r.SuccessRate()
@@ -152,7 +166,7 @@ func (s *Summary) fill(ctx context.Context, store redrive.Store, r redrive.Run, 
 	if done := c.Succeeded + c.Dead; done > 0 {
 		s.FailureBudget.DeadRate = float64(c.Dead) / float64(done)
 	}
-	s.FailureBudget.Exceeded = r.Status == redrive.RunAborted && strings.Contains(r.Reason, "budget")
+	s.FailureBudget.Exceeded = r.Status == redrive.RunAborted && strings.HasPrefix(r.Reason, "failure budget exceeded")
 	if !s.FailureBudget.Exceeded {
 		_, s.FailureBudget.Exceeded = redrive.BudgetExceeded(c, o)
 	}
@@ -180,13 +194,45 @@ func (s *Summary) fill(ctx context.Context, store redrive.Store, r redrive.Run, 
 			}
 		}
 	}
-	db := shellQuote(s.DB)
-	id := strconv.FormatInt(r.ID, 10)
-	s.Commands = map[string]string{
-		"dlq_list":    "redrive dlq list --db " + db + " --run " + id,
-		"dlq_redrive": "redrive dlq redrive --db " + db + " --run " + id,
-	}
+	s.Commands = s.commands(c)
 	return nil
+}
+
+// commands returns the commands to go on with (see Summary.Commands).
+func (s *Summary) commands(c redrive.Counts) map[string]string {
+	out := map[string]string{}
+	if c.Dead+c.Canceled == 0 {
+		return out
+	}
+	base := " --db " + shellQuote(s.DB) + " --run " + strconv.FormatInt(s.RunID, 10)
+	list := "redrive dlq list" + base
+	if c.Canceled > 0 {
+		list += " --state dead,canceled"
+	}
+	out["dlq_list"] = list
+	if c.Dead > 0 {
+		out["dlq_redrive"] = "redrive dlq redrive" + base
+		for class := range s.DeadByClass {
+			out["dlq_redrive_"+class] = "redrive dlq redrive" + base + " --class " + class
+		}
+	}
+	if c.Canceled > 0 {
+		out["dlq_redrive_canceled"] = "redrive dlq redrive" + base + " --state canceled"
+	}
+	if s.Spec != "" && s.Input.File != "" {
+		out["work"] = "redrive run " + shellQuote(s.Spec) + " --input " + shellQuote(s.Input.File) +
+			" --db " + shellQuote(s.DB) + " --run-name " + shellQuote(s.RunName)
+	}
+	return out
+}
+
+// redriveHint says when to use the redrive command of a dead class.
+var redriveHint = map[string]string{
+	"retryable":               "transient failures: redrive once the dependency is healthy",
+	"rate_limited":            "rate limited too long: redrive with --rate",
+	redrive.ClassLost:         "workers vanished: redrive",
+	"final":                   "fix the cause first; add --from-stage STAGE to redo an earlier stage's output",
+	redrive.ClassInvalidInput: "bad input lines: fix the input rather than redrive",
 }
 
 // shellQuote quotes s for a POSIX shell when it needs it.
@@ -217,6 +263,9 @@ func (s *Summary) WriteText(w io.Writer) error {
 	in := s.Input
 	fmt.Fprintf(&b, "input:   %s: %d items (%d invalid), %d added, %d already in the run\n", in.File, in.Items, in.Invalid, in.Added, in.Existing)
 	fmt.Fprintf(&b, "items:   %d total = %d succeeded + %d dead + %d canceled", c.Total, c.Succeeded, c.Dead, c.Canceled)
+	if c.Purged > 0 {
+		fmt.Fprintf(&b, " + %d purged", c.Purged)
+	}
 	if c.Pending+c.Running > 0 {
 		fmt.Fprintf(&b, " + %d pending + %d running", c.Pending, c.Running)
 	}
@@ -272,11 +321,46 @@ func (s *Summary) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "output:  %d succeeded items written to %s\n", s.OutputItems, s.Output)
 	}
 	if c.Dead+c.Canceled > 0 {
-		b.WriteString("dead letters:\n")
-		fmt.Fprintf(&b, "  list:    %s\n", s.Commands["dlq_list"])
-		fmt.Fprintf(&b, "  redrive: %s\n", s.Commands["dlq_redrive"])
+		s.writeCommands(&b)
 	}
 	fmt.Fprintf(&b, "elapsed: %.1fs\n", float64(s.Elapsed))
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeCommands writes the commands to go on with: list, redrive by class
+// (most frequent first), the canceled items, and how to work what was
+// redriven.
+func (s *Summary) writeCommands(b *strings.Builder) {
+	b.WriteString("dead letters:\n")
+	fmt.Fprintf(b, "  list:     %s\n", s.Commands["dlq_list"])
+	classes := make([]string, 0, len(s.DeadByClass))
+	for k := range s.DeadByClass {
+		classes = append(classes, k)
+	}
+	sort.Slice(classes, func(i, j int) bool {
+		if s.DeadByClass[classes[i]] != s.DeadByClass[classes[j]] {
+			return s.DeadByClass[classes[i]] > s.DeadByClass[classes[j]]
+		}
+		return classes[i] < classes[j]
+	})
+	for _, k := range classes {
+		fmt.Fprintf(b, "  redrive:  %s   # %d %s", s.Commands["dlq_redrive_"+k], s.DeadByClass[k], k)
+		if h := redriveHint[k]; h != "" {
+			fmt.Fprintf(b, ": %s", h)
+		}
+		b.WriteString("\n")
+	}
+	if cmd, ok := s.Commands["dlq_redrive_canceled"]; ok {
+		fmt.Fprintf(b, "  redrive:  %s   # %d canceled", cmd, s.Counts.Canceled)
+		if s.Status == redrive.RunAborted {
+			b.WriteString(" when the run was aborted")
+		}
+		b.WriteString("\n")
+	}
+	if cmd, ok := s.Commands["work"]; ok {
+		fmt.Fprintf(b, "  then work the redriven items: %s\n", cmd)
+	} else {
+		b.WriteString("  redriven items wait for a worker: run the pipeline again, or see `redrive workers`\n")
+	}
 }
