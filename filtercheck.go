@@ -11,10 +11,29 @@ import (
 // (final, retryable, rate_limited) and the engine's own.
 var KnownClasses = []string{"final", "retryable", "rate_limited", ClassCanceled, ClassInvalidInput, ClassLost}
 
+// FilterError is a filter field that names something that does not exist.
+// It wraps ErrBadFilter.
+type FilterError struct {
+	// Field is the filter's field: "pipeline", "stage" or "class".
+	Field string
+	// Msg says what is wrong and what exists.
+	Msg string
+}
+
+// Error returns "redrive: bad filter: <msg>".
+func (e *FilterError) Error() string { return "redrive: bad filter: " + e.Msg }
+
+// Unwrap returns ErrBadFilter.
+func (e *FilterError) Unwrap() error { return ErrBadFilter }
+
+func badFilter(field, format string, args ...any) error {
+	return &FilterError{Field: field, Msg: fmt.Sprintf(format, args...)}
+}
+
 // CheckFilter reports a filter that names something that does not exist,
 // so that a typo is an error rather than "no items match": a run that does
 // not exist (the error wraps ErrNotFound), or a pipeline, stage or class
-// that no item has (the error wraps ErrBadFilter and lists what exists).
+// that no item has (a *FilterError, which lists what exists).
 // A class outside KnownClasses is accepted when some dead or canceled item
 // has it.
 func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
@@ -27,7 +46,7 @@ func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
 			return fmt.Errorf("redrive: run %d: %w", f.RunID, err)
 		}
 		if f.Pipeline != "" && run.Pipeline != f.Pipeline {
-			return fmt.Errorf("%w: run %d is a run of pipeline %q, not %q", ErrBadFilter, run.ID, run.Pipeline, f.Pipeline)
+			return badFilter("pipeline", "run %d is a run of pipeline %q, not %q", run.ID, run.Pipeline, f.Pipeline)
 		}
 	} else if f.Pipeline != "" {
 		runs, err := s.ListRuns(ctx, RunFilter{Pipeline: f.Pipeline, Limit: 1})
@@ -35,7 +54,7 @@ func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
 			return fmt.Errorf("redrive: check pipeline: %w", err)
 		}
 		if len(runs) == 0 {
-			return fmt.Errorf("%w: no run of pipeline %q exists (see the runs list for pipeline names)", ErrBadFilter, f.Pipeline)
+			return badFilter("pipeline", "unknown pipeline %q: no run of it exists", f.Pipeline)
 		}
 	}
 	if f.Class != "" && !slices.Contains(KnownClasses, f.Class) {
@@ -44,7 +63,7 @@ func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
 			return fmt.Errorf("redrive: check class: %w", err)
 		}
 		if n == 0 {
-			return fmt.Errorf("%w: unknown class %q: use one of %s", ErrBadFilter, f.Class, strings.Join(KnownClasses, ", "))
+			return badFilter("class", "unknown class %q: use one of %s", f.Class, strings.Join(KnownClasses, ", "))
 		}
 	}
 	if f.Stage != "" {
@@ -84,7 +103,7 @@ func checkStage(ctx context.Context, s Store, scope ItemFilter, stage string) er
 		where = fmt.Sprintf("an item of pipeline %q", scope.Pipeline)
 	}
 	if len(stages) == 0 {
-		return fmt.Errorf("%w: unknown stage %q: no item is at any stage", ErrBadFilter, stage)
+		return badFilter("stage", "unknown stage %q: no item is at any stage", stage)
 	}
-	return fmt.Errorf("%w: unknown stage %q: it is not the stage of %s (stages with items: %s)", ErrBadFilter, stage, where, strings.Join(stages, ", "))
+	return badFilter("stage", "unknown stage %q: it is not the stage of %s (stages with items: %s)", stage, where, strings.Join(stages, ", "))
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"os"
-	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
@@ -48,7 +47,8 @@ func newBenchCmd() *cobra.Command {
 works them with --workers workers, and prints items inserted per second, items
 worked per second and stage completions per second.
 
-Without --db it uses a fresh SQLite file in a temporary directory. With a
+Without --db it uses a fresh SQLite file in a temporary directory, never the
+database of REDRIVE_DATABASE_URL. With a
 postgres:// URL it uses a fresh schema (redrive_bench_<time>) that it drops
 afterwards, unless --pg-schema is given.`,
 		Args: noArgs,
@@ -58,15 +58,11 @@ afterwards, unless --pg-schema is given.`,
 			}
 			ctx := cmd.Context()
 			c := dbConfigFrom(ctx)
-			url := c.URL
-			if !cmd.Flags().Changed("db") && os.Getenv(envDatabaseURL) == "" {
-				dir, err := os.MkdirTemp("", "redrive-bench-")
-				if err != nil {
-					return err
-				}
-				defer os.RemoveAll(dir)
-				url = "sqlite:" + filepath.Join(dir, "bench.db")
+			url, cleanup, err := benchDatabase(cmd)
+			if err != nil {
+				return err
 			}
+			defer cleanup()
 			t, err := parseDBURL(url)
 			if err != nil {
 				return err

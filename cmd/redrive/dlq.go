@@ -118,6 +118,9 @@ interrupted export leaves no partial file). The count goes to stderr.`,
 			return flagErrorf("out", "empty file name: give a path, or leave --out out for stdout")
 		}
 		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+			if err := checkFilter(ctx, s, f); err != nil {
+				return err
+			}
 			if out == "" || out == "-" {
 				n, err := redrive.Export(ctx, s, f, cmd.OutOrStdout())
 				if err != nil {
@@ -148,6 +151,15 @@ interrupted export leaves no partial file). The count goes to stderr.`,
 	return cmd
 }
 
+// fromStageErr is dlqErr for a redrive, naming --from-stage when the items
+// did not reach it.
+func fromStageErr(err error) error {
+	if errors.Is(err, redrive.ErrBadFilter) && strings.Contains(err.Error(), "never reached stage") {
+		return exitWith(exitUsage, fmt.Errorf("invalid --from-stage: %w", err))
+	}
+	return dlqErr("redrive", err)
+}
+
 // dlqErr wraps an error of a DLQ function; a bad filter is a usage error.
 func dlqErr(op string, err error) error {
 	if errors.Is(err, redrive.ErrBadFilter) {
@@ -161,6 +173,9 @@ type changeResult struct {
 	Action string `json:"action"`
 	DryRun bool   `json:"dry_run"`
 	Count  int    `json:"count"`
+	// Warning says when no live worker serves the pipeline of redriven
+	// items: they stay pending until one runs.
+	Warning string `json:"warning,omitempty"`
 }
 
 // describeFilter says in words which items f selects.
@@ -229,8 +244,14 @@ func confirm(cmd *cobra.Command, c changeFlags, verb string, n int, f redrive.It
 
 // reportChange prints the outcome of a redrive or purge.
 func reportChange(cmd *cobra.Command, c changeFlags, action, verb string, n int, f redrive.ItemFilter) error {
+	return reportChangeWith(cmd, c, changeResult{Action: action, DryRun: c.dryRun, Count: n}, verb, f)
+}
+
+// reportChangeWith prints res, a redrive's or purge's outcome.
+func reportChangeWith(cmd *cobra.Command, c changeFlags, res changeResult, verb string, f redrive.ItemFilter) error {
+	n := res.Count
 	if c.asJSON {
-		return writeJSON(cmd.OutOrStdout(), changeResult{Action: action, DryRun: c.dryRun, Count: n})
+		return writeJSON(cmd.OutOrStdout(), res)
 	}
 	if n == 0 {
 		fmt.Fprintf(cmd.OutOrStdout(), "no items match (%s): nothing %s\n", describeFilter(f), verb)
@@ -247,8 +268,9 @@ func reportChange(cmd *cobra.Command, c changeFlags, action, verb string, n int,
 func newDLQRedriveCmd() *cobra.Command {
 	ff := newDLQFilter()
 	var (
-		c    changeFlags
-		rate float64
+		c         changeFlags
+		rate      float64
+		fromStage string
 	)
 	cmd := &cobra.Command{
 		Use:   "redrive",
@@ -256,14 +278,25 @@ func newDLQRedriveCmd() *cobra.Command {
 		Long: `Send the selected dead items (or canceled ones with --state canceled) back to
 pending at the stage that stopped them, with a fresh attempt counter; their
 attempt history is kept and their runs reopen. --rate spreads them out so a
-dependency that just recovered is not hit by the whole backlog at once.`,
+dependency that just recovered is not hit by the whole backlog at once.
+
+--from-stage STAGE restarts them at an earlier stage instead, with the input
+that stage had: when a stage failed on an earlier stage's bad output (a
+model's malformed answer), redriving the failed stage would fail again. Every
+selected item must have reached STAGE.
+
+Redriven items are worked by whatever serves their pipeline: a running
+` + "`redrive run`" + `, ` + "`redrive serve --pipeline`" + ` or your program. The command
+says so when no live worker serves it (see ` + "`redrive workers`" + `).`,
 		Example: `  redrive dlq redrive --run 7 --class retryable --dry-run
-  redrive dlq redrive --run 7 --class retryable --rate 20 --yes`,
+  redrive dlq redrive --run 7 --class retryable --rate 20 --yes
+  redrive dlq redrive --run 7 --stage validate --from-stage llm_call --yes`,
 		Args: noArgs,
 	}
 	ff.add(cmd, 0, "0 means all", dlqStateHelp)
 	c.add(cmd, "redriven")
 	cmd.Flags().Float64Var(&rate, "rate", 0, "items per second to make due (0: all at once)")
+	cmd.Flags().StringVar(&fromStage, "from-stage", "", "restart the items at this earlier stage, with the input it had (default: the stage that stopped each item)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		now := time.Now()
 		f, err := ff.filter(now)
@@ -273,10 +306,16 @@ dependency that just recovered is not hit by the whole backlog at once.`,
 		if rate < 0 {
 			return flagErrorf("rate", "%g is negative: give items per second, or 0 for all at once", rate)
 		}
+		if cmd.Flags().Changed("from-stage") && fromStage == "" {
+			return flagErrorf("from-stage", "empty stage name: name a stage, or leave --from-stage out")
+		}
 		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
-			n, err := redrive.Redrive(ctx, s, f, redrive.RedriveOptions{DryRun: true})
+			if err := checkFilter(ctx, s, f); err != nil {
+				return err
+			}
+			n, err := redrive.Redrive(ctx, s, f, redrive.RedriveOptions{DryRun: true, FromStage: fromStage})
 			if err != nil {
-				return dlqErr("redrive", err)
+				return fromStageErr(err)
 			}
 			if c.dryRun || n == 0 {
 				return reportChange(cmd, c, "redrive", "redriven", n, f)
@@ -284,11 +323,25 @@ dependency that just recovered is not hit by the whole backlog at once.`,
 			if err := confirm(cmd, c, "redriven", n, f); err != nil {
 				return err
 			}
-			n, err = redrive.Redrive(ctx, s, f, redrive.RedriveOptions{Rate: rate, Now: time.Now()})
+			n, err = redrive.Redrive(ctx, s, f, redrive.RedriveOptions{Rate: rate, Now: time.Now(), FromStage: fromStage})
 			if err != nil {
-				return dlqErr("redrive", err)
+				return fromStageErr(err)
 			}
-			return reportChange(cmd, c, "redrive", "redriven", n, f)
+			res := changeResult{Action: "redrive", Count: n}
+			var warnings strings.Builder
+			if n > 0 {
+				if err := warnNoWorker(ctx, &warnings, s, f); err != nil {
+					return fmt.Errorf("redrive: look for workers: %w", err)
+				}
+				res.Warning = strings.TrimSpace(warnings.String())
+			}
+			if err := reportChangeWith(cmd, c, res, "redriven", f); err != nil {
+				return err
+			}
+			if !c.asJSON {
+				fmt.Fprint(cmd.OutOrStdout(), warnings.String())
+			}
+			return nil
 		})
 	}
 	return cmd
@@ -314,6 +367,9 @@ their attempt history. This cannot be undone: export them first
 			return err
 		}
 		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+			if err := checkFilter(ctx, s, f); err != nil {
+				return err
+			}
 			n, err := redrive.Purge(ctx, s, f, true)
 			if err != nil {
 				return dlqErr("purge", err)

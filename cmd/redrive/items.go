@@ -23,6 +23,7 @@ type filterFlags struct {
 	errorContains string
 	since, until  string
 	limit         int
+	afterID       int64
 	states        []string
 	// allowed lists the states --state may name; nil means all.
 	allowed []redrive.State
@@ -42,6 +43,7 @@ func (f *filterFlags) add(cmd *cobra.Command, limit int, limitHelp string, state
 	fl.StringVar(&f.since, "since", "", "only items that reached their state at or after this time: RFC 3339 (2024-05-01T12:00:00Z) or a duration ago (24h, 90m, 7d)")
 	fl.StringVar(&f.until, "until", "", "only items that reached their state before this time: RFC 3339 or a duration ago")
 	fl.IntVar(&f.limit, "limit", limit, "at most this many items; "+limitHelp)
+	fl.Int64Var(&f.afterID, "after-id", 0, "only items with a larger ID (the next page of a listing)")
 	if stateHelp != "" {
 		fl.StringSliceVar(&f.states, "state", nil, stateHelp)
 	}
@@ -61,6 +63,10 @@ func (f *filterFlags) filter(now time.Time) (redrive.ItemFilter, error) {
 		return out, flagErrorf("run", "%d is not a run ID: give a positive ID (see `redrive runs list`)", f.run)
 	}
 	out.RunID = f.run
+	if f.afterID < 0 {
+		return out, flagErrorf("after-id", "%d is negative: give the last ID of the previous page", f.afterID)
+	}
+	out.AfterID = f.afterID
 	if f.limit < 0 {
 		return out, flagErrorf("limit", "%d is negative: give 0 or more", f.limit)
 	}
@@ -220,6 +226,9 @@ func printItems(cmd *cobra.Command, ff *filterFlags, asJSON bool, writeTable fun
 		return err
 	}
 	return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+		if err := checkFilter(ctx, s, f); err != nil {
+			return err
+		}
 		items, err := listItems(ctx, s, f)
 		if err != nil {
 			return err
@@ -229,7 +238,10 @@ func printItems(cmd *cobra.Command, ff *filterFlags, asJSON bool, writeTable fun
 			if items == nil {
 				items = []redrive.Item{}
 			}
-			return writeJSON(w, items)
+			if err := writeJSON(w, items); err != nil {
+				return err
+			}
+			return noteMore(ctx, cmd.ErrOrStderr(), s, f, items)
 		}
 		if err := writeTable(w, items); err != nil {
 			return err
@@ -237,7 +249,7 @@ func printItems(cmd *cobra.Command, ff *filterFlags, asJSON bool, writeTable fun
 		if len(items) == 0 {
 			fmt.Fprintln(w, "(no items match)")
 		}
-		return nil
+		return noteMore(ctx, w, s, f, items)
 	})
 }
 
@@ -322,7 +334,7 @@ func showItem(cmd *cobra.Command, s redrive.Store, id int64, asJSON bool, states
 		pairs = append(pairs, "Rate-limit waits", it.RateLimitWaits)
 	}
 	if r := it.Reason; r != nil {
-		pairs = append(pairs, "Reason", fmt.Sprintf("%s at stage %s after %d attempts, %s", r.Class, r.Stage, r.Attempts, fmtTime(r.At)),
+		pairs = append(pairs, "Reason", fmt.Sprintf("%s at stage %s after %s, %s", r.Class, r.Stage, plural(r.Attempts, "attempt"), fmtTime(r.At)),
 			"Error", cell(r.Error))
 	}
 	if err := kv(w, pairs...); err != nil {
@@ -330,7 +342,7 @@ func showItem(cmd *cobra.Command, s redrive.Store, id int64, asJSON bool, states
 	}
 	fmt.Fprintf(w, "\nAttempts (%d):\n", len(atts))
 	if len(atts) == 0 {
-		fmt.Fprintln(w, "(none yet)")
+		fmt.Fprintln(w, noAttempts(it))
 		return nil
 	}
 	t := newTable(w, "#", "STAGE", "ATTEMPT", "OUTCOME", "CLASS", "STARTED", "DURATION", "DELAY AFTER", "ERROR")
@@ -342,4 +354,25 @@ func showItem(cmd *cobra.Command, s redrive.Store, id int64, asJSON bool, states
 		t.row(i+1, a.Stage, a.Number, a.Outcome, a.Class, fmtTime(a.StartedAt), fmtDur(dur), fmtDur(a.Delay), a.Error)
 	}
 	return t.flush()
+}
+
+// plural returns "1 attempt" or "n attempts".
+func plural(n int, noun string) string {
+	if n == 1 {
+		return "1 " + noun
+	}
+	return fmt.Sprintf("%d %ss", n, noun)
+}
+
+// noAttempts says why an item has no attempts: whether one is still to come.
+func noAttempts(it redrive.Item) string {
+	switch {
+	case it.State == redrive.StatePending || it.State == redrive.StateRunning:
+		return "(none yet)"
+	case it.Reason != nil && it.Reason.Class == redrive.ClassInvalidInput:
+		return "(none: its input could not be read, so it never ran; a redrive will not help, fix the input)"
+	case it.State == redrive.StateCanceled:
+		return "(none: it was canceled before it ran; `redrive dlq redrive --state canceled` runs it)"
+	}
+	return "(none: it never ran)"
 }

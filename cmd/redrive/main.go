@@ -78,6 +78,7 @@ printed.`,
 		policyGroup(newPolicyCmd()),
 		newRunCmd(),
 		newBenchCmd(),
+		newWorkersCmd(),
 	)
 	return root
 }

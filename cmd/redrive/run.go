@@ -13,15 +13,18 @@ import (
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 
+	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/runner"
 )
 
 const runLong = `Run a YAML pipeline over a JSONL file of items.
 
 Every line of the input is one item (blank lines are skipped). An item is
-identified by its "id" field, or else by a hash of the line, so running the
-same command against the same database resumes the run: items that already
-finished are not processed again. A line that is not JSON is recorded as a
+identified by its "id" field, or else by a hash of the line. The run records
+the input file's path and content hash; running the same command over the same
+input against the same database resumes the run: items that already finished
+are not processed again. Other input (another month's items.jsonl) makes a run
+of its own; under an explicit --run-name it is an error (exit 2). A line that is not JSON is recorded as a
 dead item (class invalid_input) with its line number; the rest runs.
 
 Stages are commands (exec) or HTTP requests (http), each with its own retry
@@ -37,7 +40,9 @@ Exit status:
   3    the run ended partial_success
   4    the run failed (success rate < partial_threshold)
   5    the run was aborted: its failure budget was exceeded
-  2    bad usage: flags, pipeline file, missing input file
+  6    the run was canceled by an operator
+  2    bad usage: flags, pipeline file (with file:line), missing input file,
+       a --run-name whose run was made from other input
   1    any other error (database, I/O)
   130  interrupted (SIGINT or SIGTERM); run the same command to resume`
 
@@ -77,6 +82,9 @@ func newRunCmd() *cobra.Command {
 			if f.Changed("min-items") {
 				o.Run.MinItems = &minItems
 			}
+			if err := checkRunFlags(cmd, o, succ, partial, budget, minItems); err != nil {
+				return err
+			}
 			spec, err := runner.LoadFile(args[0])
 			if err != nil {
 				if errors.Is(err, runner.ErrInvalidSpec) || errors.Is(err, os.ErrNotExist) {
@@ -86,6 +94,9 @@ func newRunCmd() *cobra.Command {
 			}
 			if _, err := os.Stat(o.Input); err != nil {
 				return exitWith(exitUsage, fmt.Errorf("input: %w", err))
+			}
+			if err := checkMergedThresholds(cmd, spec, succ, partial); err != nil {
+				return err
 			}
 			db := dbConfigFrom(cmd.Context()).URL
 			store, closeStore, err := openStore(cmd.Context(), db)
@@ -135,7 +146,7 @@ func newRunCmd() *cobra.Command {
 	f := cmd.Flags()
 	f.StringVarP(&o.Input, "input", "i", "", "JSONL file of items, one JSON value per line (required)")
 	f.IntVarP(&o.Workers, "workers", "w", 0, "attempts running at once (default: the file's workers, else 8)")
-	f.StringVar(&o.RunName, "run-name", "", `name of the run; the same name resumes it (default "<pipeline name>:<input file name>")`)
+	f.StringVar(&o.RunName, "run-name", "", `name of the run; the same name resumes it, with the same input only (default "<pipeline name>:<input file name>@<content hash>")`)
 	f.StringVarP(&o.Output, "output", "o", "", `write the succeeded items as JSONL {"id": ..., "output": ...} in input order`)
 	f.BoolVar(&asJSON, "json", false, "print the summary as JSON")
 	f.DurationVar(&o.ProgressInterval, "progress-interval", 5*time.Second, "how often to print progress when stderr is not a terminal")
@@ -145,7 +156,66 @@ func newRunCmd() *cobra.Command {
 	f.IntVar(&minItems, "min-items", 0, "finished items before the failure budget is judged, overrides run.min_items (default 50)")
 	f.DurationVar(&o.LeaseDuration, "lease", 30*time.Second, "how long a killed runner's items stay claimed before a rerun takes them over")
 	f.DurationVar(&o.StopGrace, "stop-grace", 30*time.Second, "how long Ctrl-C lets running attempts finish")
+	// run has exit codes of its own: its help lists them, not the root's.
+	cmd.SetHelpTemplate(cmd.HelpTemplate())
 	return cmd
+}
+
+// checkRunFlags checks run's numeric flags, naming the flag at fault.
+func checkRunFlags(cmd *cobra.Command, o runner.Options, succ, partial, budget float64, minItems int) error {
+	f := cmd.Flags()
+	if o.Workers < 0 {
+		return flagErrorf("workers", "%d is negative: give 1 or more, or leave it out for the file's workers (else 8)", o.Workers)
+	}
+	for _, fl := range []struct {
+		name string
+		v    float64
+	}{{"success-threshold", succ}, {"partial-threshold", partial}, {"failure-budget", budget}} {
+		if f.Changed(fl.name) && !(fl.v >= 0 && fl.v <= 1) {
+			return flagErrorf(fl.name, "%g is not a fraction between 0 and 1 (0.95 means 95%%)", fl.v)
+		}
+	}
+	if f.Changed("min-items") && minItems < 0 {
+		return flagErrorf("min-items", "%d is negative", minItems)
+	}
+	for _, fl := range []struct {
+		name string
+		v    time.Duration
+	}{{"lease", o.LeaseDuration}, {"stop-grace", o.StopGrace}, {"progress-interval", o.ProgressInterval}} {
+		if fl.v <= 0 {
+			return flagErrorf(fl.name, "%v must be positive", fl.v)
+		}
+	}
+	return nil
+}
+
+// checkMergedThresholds checks that the partial threshold does not exceed
+// the success threshold once the flags override the file, naming what set
+// each.
+func checkMergedThresholds(cmd *cobra.Command, spec *runner.Spec, succ, partial float64) error {
+	f := cmd.Flags()
+	s, sFrom := redrive.DefaultSuccessThreshold, "the default"
+	if spec.Run.SuccessThreshold != nil {
+		s, sFrom = *spec.Run.SuccessThreshold, "run.success_threshold in "+spec.File
+	}
+	if f.Changed("success-threshold") {
+		s, sFrom = succ, "--success-threshold"
+	}
+	p, pFrom := redrive.DefaultPartialThreshold, "the default"
+	if spec.Run.PartialThreshold != nil {
+		p, pFrom = *spec.Run.PartialThreshold, "run.partial_threshold in "+spec.File
+	}
+	if f.Changed("partial-threshold") {
+		p, pFrom = partial, "--partial-threshold"
+	}
+	if p <= s {
+		return nil
+	}
+	flag := "partial-threshold"
+	if !f.Changed(flag) {
+		flag = "success-threshold"
+	}
+	return flagErrorf(flag, "the partial threshold %g (%s) exceeds the success threshold %g (%s)", p, pFrom, s, sFrom)
 }
 
 // interruptible returns a context canceled by the first SIGINT or SIGTERM;

@@ -96,7 +96,7 @@ func (e *runEnv) summary(want int, args ...string) runner.Summary {
 	var s runner.Summary
 	decodeJSON(e.t, r, &s)
 	c := s.Counts
-	if c.Total != c.Succeeded+c.Dead+c.Canceled+c.Pending+c.Running {
+	if !c.AddsUp() {
 		e.t.Fatalf("counts do not add up: %+v", c)
 	}
 	return s
@@ -221,10 +221,14 @@ stages:
     exec: {command: no-such-command-redrive-test}
 `)
 	input := e.write("in.jsonl", "{\"id\": \"a\"}\n{\"id\": \"b\"}\n")
-	s := e.summary(runner.ExitFailed, p, "--input", input)
-	for id, it := range e.items(s.RunID) {
-		if it.State != redrive.StateDead || it.Reason.Class != "final" || !strings.Contains(it.Reason.Error, "command not found") || it.Reason.Attempts != 1 {
-			t.Errorf("%s: %s %+v, want dead final \"command not found\" after 1 attempt", id, it.State, it.Reason)
+	// Found when the file loads, with its line, before any item is added.
+	r := e.run(p, "--input", input)
+	if r.code != exitUsage || !strings.Contains(r.stderr, p+":4:") || !strings.Contains(r.stderr, `command "no-such-command-redrive-test" not found`) {
+		t.Fatalf("want exit 2 naming %s:4, got %v", p, r)
+	}
+	if _, err := os.Stat(e.db); err == nil {
+		if items := e.items(1); len(items) != 0 {
+			t.Errorf("items were added: %v", items)
 		}
 	}
 }

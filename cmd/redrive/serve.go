@@ -64,7 +64,7 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 	}
 	cmd.Flags().StringVar(&addr, "addr", web.DefaultAddr, "address to listen on (host:port; port 0 picks a free port)")
 	cmd.Flags().StringVar(&token, "token", "", "bearer token for the API's write endpoints (env "+envAPIToken+"; prefer the environment, flags show in ps)")
-	cmd.Flags().BoolVar(&migrate, "migrate", false, "apply pending PostgreSQL migrations before serving (SQLite always migrates)")
+	cmd.Flags().BoolVar(&migrate, "migrate", false, "apply pending PostgreSQL migrations before serving, and create a SQLite file that does not exist (SQLite always migrates)")
 	cmd.Flags().StringArrayVar(&pipelines, "pipeline", nil, "also run workers for the YAML pipeline in this file (repeatable)")
 	cmd.Flags().IntVar(&workers, "workers", 0, "attempts running at once for --pipeline workers (default: the largest workers: of the files, else 16)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -104,7 +104,9 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		}
 
 		c := dbConfigFrom(ctx)
-		s, closeFn, err := openStoreWith(ctx, c.URL, openOptions{Schema: c.Schema, Migrate: migrate})
+		// A SQLite file that does not exist is a typo more often than a
+		// wish for a new database: only --migrate creates one.
+		s, closeFn, err := openStoreWith(ctx, c.URL, openOptions{Schema: c.Schema, Migrate: migrate, MustExist: !migrate})
 		if err != nil {
 			return err
 		}
