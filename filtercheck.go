@@ -14,7 +14,8 @@ var KnownClasses = []string{"final", "retryable", "rate_limited", ClassCanceled,
 // FilterError is a filter field that names something that does not exist.
 // It wraps ErrBadFilter.
 type FilterError struct {
-	// Field is the filter's field: "pipeline", "stage" or "class".
+	// Field is the filter's field: "pipeline", "stage" or "class", or
+	// "from_stage" for a redrive from a stage the items did not reach.
 	Field string
 	// Msg says what is wrong and what exists.
 	Msg string

@@ -200,6 +200,6 @@ func notReached(stage string, ids []int64, of int) error {
 	if len(ids) > 5 {
 		more = ", ..."
 	}
-	return fmt.Errorf("%w: %d of the %d selected items never reached stage %q, so it has no input to restart them with (items %s%s): narrow the selection, e.g. with a stage filter",
-		redrive.ErrBadFilter, len(ids), of, stage, strings.Join(list, ", "), more)
+	return &redrive.FilterError{Field: "from_stage", Msg: fmt.Sprintf("%d of the %d selected items never reached stage %q, so it has no input to restart them with (items %s%s): narrow the selection, e.g. with a stage filter",
+		len(ids), of, stage, strings.Join(list, ", "), more)}
 }

@@ -368,6 +368,10 @@ func (s *server) listItems(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, q.err)
 		return
 	}
+	if err := redrive.CheckFilter(r.Context(), s.store, f); err != nil {
+		s.filterFail(w, r, "list items", f, err)
+		return
+	}
 	s.writeItems(w, r, f)
 }
 
@@ -379,6 +383,10 @@ func (s *server) listDLQ(w http.ResponseWriter, r *http.Request) {
 	f.States = dlqStates(q, f.States)
 	if q.err != nil {
 		writeBad(w, q.err)
+		return
+	}
+	if err := redrive.CheckFilter(r.Context(), s.store, f); err != nil {
+		s.filterFail(w, r, "list dead items", f, err)
 		return
 	}
 	s.writeItems(w, r, f)
@@ -532,6 +540,10 @@ func (s *server) exportDLQ(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
+	if err := redrive.CheckFilter(r.Context(), s.store, f); err != nil {
+		s.filterFail(w, r, "export", f, err)
+		return
+	}
 	w.Header().Set("Content-Type", "application/x-ndjson; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.Header().Set("Content-Disposition", `attachment; filename="redrive-dlq.jsonl"`)
@@ -555,6 +567,9 @@ type dlqRequest struct {
 	DryRun        bool            `json:"dry_run"`
 	// Rate is for redrive only: items per second, 0 = all due now.
 	Rate float64 `json:"rate"`
+	// FromStage is for redrive only: restart the items at this earlier
+	// stage with the input it had (redrive.RedriveOptions.FromStage).
+	FromStage string `json:"from_stage"`
 	// All must be true for a purge without any filter field.
 	All bool `json:"all"`
 }
@@ -597,6 +612,9 @@ type dlqResponse struct {
 	// would be.
 	Count  int  `json:"count"`
 	DryRun bool `json:"dry_run"`
+	// Warning, after a redrive, names the pipelines that no live worker
+	// serves: their redriven items stay pending until one runs.
+	Warning string `json:"warning,omitempty"`
 }
 
 // POST /api/v1/dlq/redrive
@@ -617,16 +635,24 @@ func (s *server) redrive(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
-	n, err := redrive.Redrive(r.Context(), s.store, f, redrive.RedriveOptions{DryRun: req.DryRun, Rate: req.Rate, Now: s.opts.Now()})
+	if err := redrive.CheckFilter(r.Context(), s.store, f); err != nil {
+		s.filterFail(w, r, "redrive", f, err)
+		return
+	}
+	n, err := redrive.Redrive(r.Context(), s.store, f, redrive.RedriveOptions{DryRun: req.DryRun, Rate: req.Rate, Now: s.opts.Now(), FromStage: req.FromStage})
 	if err != nil {
 		s.fail(w, r, "redrive", err)
 		return
 	}
+	resp := dlqResponse{Count: n, DryRun: req.DryRun}
 	if !req.DryRun {
-		s.opts.Logger.Info("web: redrive", "count", n, "run", f.RunID, "pipeline", f.Pipeline, "stage", f.Stage)
+		s.opts.Logger.Info("web: redrive", "count", n, "run", f.RunID, "pipeline", f.Pipeline, "stage", f.Stage, "from_stage", req.FromStage)
 		s.emit(redrive.Redriven{Filter: f, Count: n})
+		if n > 0 {
+			resp.Warning = s.unservedWarning(r, f)
+		}
 	}
-	writeJSON(w, http.StatusOK, dlqResponse{Count: n, DryRun: req.DryRun})
+	writeJSON(w, http.StatusOK, resp)
 }
 
 // POST /api/v1/dlq/purge
@@ -643,8 +669,15 @@ func (s *server) purge(w http.ResponseWriter, r *http.Request) {
 	if err == nil && req.empty() && !req.All && !req.DryRun {
 		err = badField("all", `a purge without any filter deletes every dead item: set "all": true to mean it`)
 	}
+	if err == nil && req.FromStage != "" {
+		err = badField("from_stage", "is for redrive only")
+	}
 	if err != nil {
 		writeBad(w, err)
+		return
+	}
+	if err := redrive.CheckFilter(r.Context(), s.store, f); err != nil {
+		s.filterFail(w, r, "purge", f, err)
 		return
 	}
 	n, err := redrive.Purge(r.Context(), s.store, f, req.DryRun)
@@ -733,4 +766,33 @@ func (s *server) emit(ev redrive.Event) {
 	for _, o := range s.opts.Observers {
 		o(ev)
 	}
+}
+
+// unservedWarning names the pipeline of redriven items when no live worker
+// serves it, or returns "".
+func (s *server) unservedWarning(r *http.Request, f redrive.ItemFilter) string {
+	p := f.Pipeline
+	if p == "" && f.RunID != 0 {
+		if run, err := s.store.GetRun(r.Context(), f.RunID); err == nil {
+			p = run.Pipeline
+		}
+	}
+	if p == "" {
+		return ""
+	}
+	live, err := redrive.LiveWorkers(r.Context(), s.store, p, s.opts.Now())
+	if err != nil || len(live) > 0 {
+		return ""
+	}
+	return "no live worker serves pipeline " + p + ": the redriven items stay pending until one runs"
+}
+
+// filterFail answers a filter that CheckFilter refused: 404 for a run that
+// does not exist, 400 naming the field otherwise.
+func (s *server) filterFail(w http.ResponseWriter, r *http.Request, op string, f redrive.ItemFilter, err error) {
+	if errors.Is(err, redrive.ErrNotFound) {
+		writeError(w, http.StatusNotFound, "run", fmt.Sprintf("run %d does not exist", f.RunID))
+		return
+	}
+	s.fail(w, r, op, err)
 }

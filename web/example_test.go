@@ -70,5 +70,5 @@ func ExampleNewHandler() {
 	// Output:
 	// GET /healthz 200 {"status":"ok"}
 	// POST /api/v1/dlq/redrive 401 missing bearer token: send Authorization: Bearer <token>
-	// POST /api/v1/dlq/redrive 200 {"count":0,"dry_run":true}
+	// POST /api/v1/dlq/redrive 400 unknown pipeline "summarize": no run of it exists
 }

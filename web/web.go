@@ -291,5 +291,31 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, op string, err err
 		writeError(w, code, "", op+" failed: internal error")
 		return
 	}
+	if code == http.StatusNotFound {
+		// The store's message ("sqlite: get run 42: redrive: not found")
+		// names its internals; say what does not exist.
+		writeError(w, code, "", notFoundMessage(op, r))
+		return
+	}
+	var fe *redrive.FilterError
+	if errors.As(err, &fe) {
+		writeError(w, code, fe.Field, fe.Msg)
+		return
+	}
 	writeError(w, code, "", err.Error())
+}
+
+// notFoundMessage says which run or item of the request does not exist.
+func notFoundMessage(op string, r *http.Request) string {
+	what := "run"
+	if strings.HasSuffix(op, "item") {
+		what = "item"
+	}
+	if id := r.PathValue("id"); id != "" {
+		return what + " " + id + " does not exist"
+	}
+	if id := r.URL.Query().Get("run"); id != "" {
+		return "run " + id + " does not exist"
+	}
+	return what + " does not exist"
 }

@@ -420,7 +420,6 @@ func TestFilters(t *testing.T) {
 	check("/api/v1/items?state=pending", 40)
 	check("/api/v1/items?state=pending&state=succeeded", 70)
 	check("/api/v1/items?stage=fetch&pipeline=docs", 120)
-	check("/api/v1/items?stage=embed", 0)
 	check("/api/v1/dlq?pipeline=docs", 60)
 	check("/api/v1/dlq?state=canceled", 0)
 	check("/api/v1/dlq?state=dead,canceled", 60)

@@ -154,8 +154,9 @@ interrupted export leaves no partial file). The count goes to stderr.`,
 // fromStageErr is dlqErr for a redrive, naming --from-stage when the items
 // did not reach it.
 func fromStageErr(err error) error {
-	if errors.Is(err, redrive.ErrBadFilter) && strings.Contains(err.Error(), "never reached stage") {
-		return exitWith(exitUsage, fmt.Errorf("invalid --from-stage: %w", err))
+	var fe *redrive.FilterError
+	if errors.As(err, &fe) {
+		return flagErrorf(strings.ReplaceAll(fe.Field, "_", "-"), "%s", fe.Msg)
 	}
 	return dlqErr("redrive", err)
 }
