@@ -538,7 +538,7 @@ func TestRedriveFromFailedStageWithFiltersAndRate(t *testing.T) {
 		if n, _ := redrive.Purge(ctx, s, redrive.ItemFilter{RunID: run.ID, Class: "final"}, false); n != 10 {
 			t.Fatalf("purge = %d", n)
 		}
-		if r, _ := s.GetRun(ctx, run.ID); r.Counts.Total != 10 || r.Counts.Dead != 6 {
+		if r, _ := s.GetRun(ctx, run.ID); r.Counts.Total != 20 || r.Counts.Purged != 10 || r.Counts.Dead != 6 {
 			t.Fatalf("after purge %+v", r.Counts)
 		}
 	})

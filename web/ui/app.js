@@ -139,9 +139,10 @@ async function viewItem(id) {
     el("p", {}, "Run ", link("#/runs/" + it.run_id, "#" + it.run_id), " · pipeline " + it.pipeline +
       " · stage " + it.stage + (it.key ? " · key " + it.key : "") + " · enqueued " + time(it.enqueued_at)),
     it.reason ? el("p", { class: "error" }, "Reason: " + it.reason.class + " at stage " + it.reason.stage +
-      " after " + it.reason.attempts + " attempts: " + it.reason.error) : null,
+      " after " + it.reason.attempts + (it.reason.attempts === 1 ? " attempt: " : " attempts: ") + it.reason.error) : null,
     el("h2", {}, "Attempts"),
-    d.attempts.length ? el("ol", { class: "timeline" }, attempts) : el("p", { class: "muted" }, "No attempts yet."),
+    d.attempts.length ? el("ol", { class: "timeline" }, attempts) : el("p", { class: "muted" },
+      it.state === "pending" || it.state === "running" ? "No attempts yet." : "No attempts: it never ran."),
     el("h2", {}, "Input"), el("pre", {}, decode(it.input)),
     el("h2", {}, it.state === "succeeded" ? "Output" : "Current payload"), el("pre", {}, decode(it.payload)),
   ];
