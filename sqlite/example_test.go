@@ -101,4 +101,5 @@ func ExampleStore_MigrationStatus() {
 	}
 	// Output:
 	// 0001 init applied: true
+	// 0003 ops applied: true
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/redrive/redrive"
 	"github.com/spf13/cobra"
@@ -138,8 +139,11 @@ func newRunsShowCmd() *cobra.Command {
 			if r.Reason != "" {
 				pairs = append(pairs, "Reason", cell(r.Reason))
 			}
+			if o.Source != "" || o.SourceHash != "" {
+				pairs = append(pairs, "Source", strings.TrimSpace(o.Source+" "+o.SourceHash))
+			}
 			pairs = append(pairs,
-				"Items", fmt.Sprintf("%d = %d succeeded + %d dead + %d canceled + %d pending + %d running", c.Total, c.Succeeded, c.Dead, c.Canceled, c.Pending, c.Running),
+				"Items", itemsSum(c),
 				"Success rate", fmt.Sprintf("%s (%d of %d)", fmtPct(r.SuccessRate()), c.Succeeded, c.Total),
 				"Options", fmt.Sprintf("success threshold %s, partial threshold %s, failure budget %s, min items %s",
 					orDefault(o.SuccessThreshold, redrive.DefaultSuccessThreshold), orDefault(o.PartialThreshold, redrive.DefaultPartialThreshold),
@@ -215,4 +219,14 @@ func writeTopErrors(w io.Writer, top []redrive.ErrorCount) error {
 		t.row(e.Pipeline, e.Stage, e.Class, e.Count, truncate(e.Error, 100))
 	}
 	return t.flush()
+}
+
+// itemsSum writes a run's counts as the sum they add up to; purged items
+// appear once there are any.
+func itemsSum(c redrive.Counts) string {
+	sum := fmt.Sprintf("%d = %d succeeded + %d dead + %d canceled + %d pending + %d running", c.Total, c.Succeeded, c.Dead, c.Canceled, c.Pending, c.Running)
+	if c.Purged > 0 {
+		sum += fmt.Sprintf(" + %d purged", c.Purged)
+	}
+	return sum
 }
