@@ -7,9 +7,12 @@ import (
 	"strings"
 )
 
-// KnownClasses are the classes a reason may have: the retry package's
-// (final, retryable, rate_limited) and the engine's own.
-var KnownClasses = []string{"final", "retryable", "rate_limited", ClassCanceled, ClassInvalidInput, ClassLost}
+// KnownClasses returns the classes a reason may have: the retry package's
+// (final, retryable, rate_limited) and the engine's own (canceled,
+// invalid_input, lost).
+func KnownClasses() []string {
+	return []string{"final", "retryable", "rate_limited", ClassCanceled, ClassInvalidInput, ClassLost}
+}
 
 // FilterError is a filter field that names something that does not exist.
 // It wraps ErrBadFilter.
@@ -58,13 +61,13 @@ func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
 			return badFilter("pipeline", "unknown pipeline %q: no run of it exists", f.Pipeline)
 		}
 	}
-	if f.Class != "" && !slices.Contains(KnownClasses, f.Class) {
+	if f.Class != "" && !slices.Contains(KnownClasses(), f.Class) {
 		n, err := s.Count(ctx, ItemFilter{Class: f.Class, States: []State{StateDead, StateCanceled}, Limit: 1})
 		if err != nil {
 			return fmt.Errorf("redrive: check class: %w", err)
 		}
 		if n == 0 {
-			return badFilter("class", "unknown class %q: use one of %s", f.Class, strings.Join(KnownClasses, ", "))
+			return badFilter("class", "unknown class %q: use one of %s", f.Class, strings.Join(KnownClasses(), ", "))
 		}
 	}
 	if f.Stage != "" {
