@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -63,17 +64,26 @@ type BreakerOptions struct {
 // HalfOpenProbes calls through: their success closes it, a failure reopens it.
 // Share one Breaker between all callers of one dependency (Policy.Breaker); Do then
 // returns at once, without calling its operation, an *Error wrapping ErrCircuitOpen.
-// A Breaker is safe for concurrent use.
+//
+// A closed Breaker costs a successful call two atomic loads, and one add to a
+// counter striped across cores when FailureRate is set; it takes no lock and
+// does not read the clock, so callers on many cores do not contend. Failures and
+// the open and half-open states take a lock. Successes are not timestamped: the
+// FailureRate window takes those between two failures as spread evenly between
+// them. A Breaker is safe for concurrent use.
 type Breaker struct {
 	o BreakerOptions
 
-	mu          sync.Mutex
-	state       BreakerState
-	consecutive int
-	openedAt    time.Time
-	inFlight    int // half-open probes allowed and not yet recorded
-	successes   int // half-open probe successes
-	w           window
+	state       atomic.Uint32 // BreakerState, read without the lock
+	consecutive atomic.Int64  // failures in a row while closed
+	ok          counter       // successes while closed (FailureRate only)
+
+	mu        sync.Mutex
+	openedAt  time.Time
+	inFlight  int   // half-open probes allowed and not yet recorded
+	successes int   // half-open probe successes
+	failures  int64 // failures while closed, for FailureRate
+	hist      history
 }
 
 // NewBreaker returns a closed Breaker with o's defaults applied.
@@ -96,21 +106,26 @@ func NewBreaker(o BreakerOptions) *Breaker {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Breaker{o: o, w: newWindow(o.Window)}
+	b := &Breaker{o: o, ok: newCounter()}
+	b.hist = newHistory(o.Window, o.Now(), 0, 0)
+	return b
 }
 
 type transition struct{ from, to BreakerState }
 
+func (b *Breaker) load() BreakerState { return BreakerState(b.state.Load()) }
+
 // setLocked changes the state; the caller reports the returned transition after unlocking.
 func (b *Breaker) setLocked(to BreakerState, now time.Time) transition {
-	t := transition{b.state, to}
-	b.state = to
-	b.consecutive, b.inFlight, b.successes = 0, 0, 0
+	t := transition{b.load(), to}
+	b.state.Store(uint32(to))
+	b.consecutive.Store(0)
+	b.inFlight, b.successes = 0, 0
 	switch to {
 	case BreakerOpen:
 		b.openedAt = now
 	case BreakerClosed:
-		b.w.reset()
+		b.hist.reset(now, b.ok.load(), b.failures)
 	}
 	return t
 }
@@ -128,20 +143,24 @@ func (b *Breaker) report(ts ...transition) {
 
 // dueLocked performs the open→half-open transition when OpenFor has passed.
 func (b *Breaker) dueLocked(now time.Time) transition {
-	if b.state == BreakerOpen && now.Sub(b.openedAt) >= b.o.OpenFor {
+	s := b.load()
+	if s == BreakerOpen && now.Sub(b.openedAt) >= b.o.OpenFor {
 		return b.setLocked(BreakerHalfOpen, now)
 	}
-	return transition{b.state, b.state}
+	return transition{s, s}
 }
 
 // Allow reports whether a call may proceed: nil, or ErrCircuitOpen when the breaker is
 // open or half-open with all its probes in flight. Every allowed call must be followed by
 // Record. Allow moves an open breaker to half-open once OpenFor has passed.
 func (b *Breaker) Allow() error {
+	if b.load() == BreakerClosed {
+		return nil
+	}
 	b.mu.Lock()
 	t := b.dueLocked(b.o.Now())
 	var err error
-	switch b.state {
+	switch b.load() {
 	case BreakerOpen:
 		err = ErrCircuitOpen
 	case BreakerHalfOpen:
@@ -181,27 +200,27 @@ const (
 )
 
 func (b *Breaker) record(k recKind) {
+	if k != recFailure && b.load() == BreakerClosed {
+		// The hot path: no lock, no clock, no write to a shared line
+		// unless a failure streak ends.
+		if k == recSuccess {
+			if b.o.FailureRate > 0 {
+				b.ok.add(1)
+			}
+			if b.consecutive.Load() != 0 {
+				b.consecutive.Store(0)
+			}
+		}
+		return
+	}
 	b.mu.Lock()
 	now := b.o.Now()
 	t1 := b.dueLocked(now)
-	t2 := transition{b.state, b.state}
-	switch b.state {
+	t2 := transition{b.load(), b.load()}
+	switch b.load() {
 	case BreakerClosed:
-		switch k {
-		case recSuccess:
-			b.consecutive = 0
-			b.w.add(now, 1, 0)
-		case recFailure:
-			b.consecutive++
-			b.w.add(now, 1, 1)
-			if b.o.ConsecutiveFailures > 0 && b.consecutive >= b.o.ConsecutiveFailures {
-				t2 = b.setLocked(BreakerOpen, now)
-			} else if b.o.FailureRate > 0 {
-				req, fail := b.w.sums(now)
-				if req >= float64(b.o.MinRequests) && fail/req >= b.o.FailureRate {
-					t2 = b.setLocked(BreakerOpen, now)
-				}
-			}
+		if k == recFailure {
+			t2 = b.failureLocked(now)
 		}
 	case BreakerHalfOpen:
 		if b.inFlight > 0 {
@@ -221,11 +240,32 @@ func (b *Breaker) record(k recKind) {
 	b.report(t1, t2)
 }
 
+// failureLocked counts a failure of a closed breaker and opens it if a rule says so.
+func (b *Breaker) failureLocked(now time.Time) transition {
+	c := b.consecutive.Add(1)
+	if b.o.ConsecutiveFailures > 0 && c >= int64(b.o.ConsecutiveFailures) {
+		return b.setLocked(BreakerOpen, now)
+	}
+	if b.o.FailureRate > 0 {
+		ok := b.ok.load()
+		b.hist.observe(now, ok, b.failures)
+		b.failures++
+		okw, failw := b.hist.growth(now, ok, b.failures)
+		if req := okw + failw; req >= float64(b.o.MinRequests) && failw/req >= b.o.FailureRate {
+			return b.setLocked(BreakerOpen, now)
+		}
+	}
+	return transition{BreakerClosed, BreakerClosed}
+}
+
 // State returns the current state, performing the open→half-open transition when due.
 func (b *Breaker) State() BreakerState {
+	if s := b.load(); s == BreakerClosed {
+		return s
+	}
 	b.mu.Lock()
 	t := b.dueLocked(b.o.Now())
-	s := b.state
+	s := b.load()
 	b.mu.Unlock()
 	b.report(t)
 	return s

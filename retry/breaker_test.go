@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync"
 	"testing"
 	"time"
 )
@@ -168,4 +169,78 @@ func TestBudgetStateMachine(t *testing.T) {
 	if !b.TryRetry() {
 		t.Error("floor not restored")
 	}
+}
+
+// TestBreakerConcurrent drives one Breaker from many goroutines through
+// failures, opening, probing and closing; run it with -race. The success path
+// takes no lock, so this checks it against the locked transitions.
+func TestBreakerConcurrent(t *testing.T) {
+	c := &syncClock{t: time.Unix(1_700_000_000, 0)}
+	var mu sync.Mutex
+	var opened, closed int
+	b := NewBreaker(BreakerOptions{ConsecutiveFailures: 3, FailureRate: 0.5, MinRequests: 10, OpenFor: time.Second,
+		Now: c.now, OnStateChange: func(_, to BreakerState) {
+			mu.Lock()
+			defer mu.Unlock()
+			switch to {
+			case BreakerOpen:
+				opened++
+			case BreakerClosed:
+				closed++
+			}
+		}})
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for range 2000 {
+				// Every call takes a millisecond; the dependency is down
+				// for 2 s of every 4.
+				c.add(time.Millisecond)
+				if b.Allow() != nil {
+					continue
+				}
+				if c.now().Sub(time.Unix(1_700_000_000, 0))%(4*time.Second) < 2*time.Second {
+					b.Record(errBoom)
+				} else {
+					b.Record(nil)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	mu.Lock()
+	gotOpened, gotClosed := opened, closed
+	mu.Unlock()
+	if gotOpened == 0 || gotClosed == 0 {
+		t.Fatalf("opened %d, closed %d times: the breaker never cycled", gotOpened, gotClosed)
+	}
+	// The dependency is back: the breaker closes and stays closed.
+	c.add(time.Hour)
+	for range 100 {
+		if err := b.Allow(); err != nil {
+			t.Fatal(err)
+		}
+		b.Record(nil)
+	}
+	if s := b.State(); s != BreakerClosed {
+		t.Fatalf("state %v after recovery", s)
+	}
+}
+
+// syncClock is a test clock that goroutines may read and advance at once.
+type syncClock struct {
+	mu sync.Mutex
+	t  time.Time
+}
+
+func (c *syncClock) now() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.t
+}
+
+func (c *syncClock) add(d time.Duration) {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.t = c.t.Add(d)
 }

@@ -27,13 +27,20 @@ type BudgetOptions struct {
 // over the sliding Window. Do counts one request per call and asks TryRetry before every
 // retry; when refused it returns at once an *Error wrapping ErrBudgetExhausted and the
 // last error, classified ClassRetryable (so a durable layer schedules the item later).
+//
+// OnRequest, which every Do calls, adds to a counter striped across cores: it takes no
+// lock and does not read the clock. TryRetry and Stats lock, and estimate the requests
+// in the window from the counter's totals they observed before (see history).
 // A Budget is safe for concurrent use.
 type Budget struct {
-	mu    sync.Mutex
-	ratio float64
-	floor float64
-	now   func() time.Time
-	w     window // a = requests, b = retries
+	ratio    float64
+	floor    float64
+	now      func() time.Time
+	requests counter
+
+	mu      sync.Mutex
+	retries int64
+	hist    history // a = requests, b = retries
 }
 
 // NewBudget returns a Budget with o's defaults applied.
@@ -53,32 +60,35 @@ func NewBudget(o BudgetOptions) *Budget {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	return &Budget{ratio: o.Ratio, floor: o.MinPerSecond * o.Window.Seconds(), now: o.Now, w: newWindow(o.Window)}
+	return &Budget{ratio: o.Ratio, floor: o.MinPerSecond * o.Window.Seconds(), now: o.Now,
+		requests: newCounter(), hist: newHistory(o.Window, o.Now(), 0, 0)}
 }
 
 // OnRequest records one request (a first attempt).
-func (b *Budget) OnRequest() {
-	b.mu.Lock()
-	b.w.add(b.now(), 1, 0)
-	b.mu.Unlock()
-}
+func (b *Budget) OnRequest() { b.requests.add(1) }
 
 // TryRetry reports whether a retry is allowed now and, if so, records it.
 func (b *Budget) TryRetry() bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	now := b.now()
-	req, ret := b.w.sums(now)
+	req, ret := b.windowLocked()
 	if ret+1 > b.ratio*req+b.floor {
 		return false
 	}
-	b.w.add(now, 0, 1)
+	b.retries++
 	return true
+}
+
+// windowLocked returns the requests and retries over the window ending now.
+func (b *Budget) windowLocked() (requests, retries float64) {
+	now, req := b.now(), b.requests.load()
+	b.hist.observe(now, req, b.retries)
+	return b.hist.growth(now, req, b.retries)
 }
 
 // Stats returns the requests and retries counted over the current window.
 func (b *Budget) Stats() (requests, retries float64) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
-	return b.w.sums(b.now())
+	return b.windowLocked()
 }
