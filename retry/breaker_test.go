@@ -134,43 +134,6 @@ func TestBreakerIgnoresFinalAndCanceled(t *testing.T) {
 	}
 }
 
-func TestBudgetStateMachine(t *testing.T) {
-	c := newClock()
-	b := NewBudget(BudgetOptions{Now: c.now}) // ratio 0.1, floor 1/s × 10s = 10
-	for i := range 10 {
-		if !b.TryRetry() {
-			t.Fatalf("retry %d refused within the floor", i)
-		}
-	}
-	if b.TryRetry() {
-		t.Fatal("retry beyond the floor granted without requests")
-	}
-	for range 100 {
-		b.OnRequest()
-	}
-	// 100 requests earn 10 more.
-	for i := range 10 {
-		if !b.TryRetry() {
-			t.Fatalf("earned retry %d refused", i)
-		}
-	}
-	if b.TryRetry() {
-		t.Fatal("budget over-granted")
-	}
-	req, ret := b.Stats()
-	if req != 100 || ret != 20 {
-		t.Errorf("stats %v %v", req, ret)
-	}
-	// After the window, everything is forgotten.
-	c.add(10 * time.Second)
-	if req, ret := b.Stats(); req != 0 || ret != 0 {
-		t.Errorf("stats after window %v %v", req, ret)
-	}
-	if !b.TryRetry() {
-		t.Error("floor not restored")
-	}
-}
-
 // TestBreakerConcurrent drives one Breaker from many goroutines through
 // failures, opening, probing and closing; run it with -race. The success path
 // takes no lock, so this checks it against the locked transitions.
