@@ -15,7 +15,8 @@ type BreakerState uint8
 const (
 	// BreakerClosed lets calls through and counts failures. The zero value.
 	BreakerClosed BreakerState = iota
-	// BreakerOpen refuses calls until OpenFor has passed.
+	// BreakerOpen refuses calls until its open period (BreakerOptions.OpenFor, doubling
+	// up to MaxOpenFor while probes fail) has passed.
 	BreakerOpen
 	// BreakerHalfOpen lets HalfOpenProbes calls through to test the dependency.
 	BreakerHalfOpen
@@ -46,8 +47,14 @@ type BreakerOptions struct {
 	Window time.Duration
 	// MinRequests is the fewest requests in Window for FailureRate to apply; 0 means 20.
 	MinRequests int
-	// OpenFor is how long the breaker stays open before letting probes through; 0 means 30s.
+	// OpenFor is how long the breaker stays open, when it opens after being closed,
+	// before letting probes through; 0 means 1s, so that recovery is noticed soon.
 	OpenFor time.Duration
+	// MaxOpenFor caps the open period, which doubles each time a probe fails while the
+	// outage lasts and starts again from OpenFor once the breaker closes: 1s, 2s, 4s, ...
+	// 30s at the defaults. 0 means 30s; a value at or below OpenFor keeps the period at
+	// OpenFor.
+	MaxOpenFor time.Duration
 	// HalfOpenProbes is how many concurrent probe calls the half-open breaker lets through;
 	// that many successes close it, one failure reopens it. 0 means 1.
 	HalfOpenProbes int
@@ -61,7 +68,10 @@ type BreakerOptions struct {
 // Breaker is a circuit breaker: closed, it lets calls through and counts dependency
 // failures; after ConsecutiveFailures in a row, or a FailureRate over Window, it opens and
 // refuses calls (ErrCircuitOpen) for OpenFor; then it becomes half-open and lets
-// HalfOpenProbes calls through: their success closes it, a failure reopens it.
+// HalfOpenProbes calls through: their success closes it, a failure reopens it for twice
+// as long as before, up to MaxOpenFor. At the defaults it probes 1s after opening, then
+// after 2s, 4s, 8s, 16s and every 30s while the outage lasts, so a short outage costs
+// about a second of refused calls and a long one a probe every 30s.
 // Share one Breaker between all callers of one dependency (Policy.Breaker); Do then
 // returns at once, without calling its operation, an *Error wrapping ErrCircuitOpen.
 //
@@ -80,6 +90,7 @@ type Breaker struct {
 
 	mu        sync.Mutex
 	openedAt  time.Time
+	openFor   time.Duration // the current open period
 	inFlight  int   // half-open probes allowed and not yet recorded
 	successes int   // half-open probe successes
 	failures  int64 // failures while closed, for FailureRate
@@ -98,8 +109,12 @@ func NewBreaker(o BreakerOptions) *Breaker {
 		o.MinRequests = 20
 	}
 	if o.OpenFor <= 0 {
-		o.OpenFor = 30 * time.Second
+		o.OpenFor = time.Second
 	}
+	if o.MaxOpenFor <= 0 {
+		o.MaxOpenFor = 30 * time.Second
+	}
+	o.MaxOpenFor = max(o.MaxOpenFor, o.OpenFor)
 	if o.HalfOpenProbes <= 0 {
 		o.HalfOpenProbes = 1
 	}
@@ -124,6 +139,16 @@ func (b *Breaker) setLocked(to BreakerState, now time.Time) transition {
 	switch to {
 	case BreakerOpen:
 		b.openedAt = now
+		if t.from == BreakerHalfOpen {
+			// A probe failed: the outage lasts, probe less often.
+			if b.openFor <= b.o.MaxOpenFor/2 {
+				b.openFor *= 2
+			} else {
+				b.openFor = b.o.MaxOpenFor
+			}
+		} else {
+			b.openFor = b.o.OpenFor
+		}
 	case BreakerClosed:
 		b.hist.reset(now, b.ok.load(), b.failures)
 	}
@@ -141,10 +166,10 @@ func (b *Breaker) report(ts ...transition) {
 	}
 }
 
-// dueLocked performs the open→half-open transition when OpenFor has passed.
+// dueLocked performs the open→half-open transition when the open period has passed.
 func (b *Breaker) dueLocked(now time.Time) transition {
 	s := b.load()
-	if s == BreakerOpen && now.Sub(b.openedAt) >= b.o.OpenFor {
+	if s == BreakerOpen && now.Sub(b.openedAt) >= b.openFor {
 		return b.setLocked(BreakerHalfOpen, now)
 	}
 	return transition{s, s}
@@ -152,7 +177,7 @@ func (b *Breaker) dueLocked(now time.Time) transition {
 
 // Allow reports whether a call may proceed: nil, or ErrCircuitOpen when the breaker is
 // open or half-open with all its probes in flight. Every allowed call must be followed by
-// Record. Allow moves an open breaker to half-open once OpenFor has passed.
+// Record. Allow moves an open breaker to half-open once its open period has passed.
 func (b *Breaker) Allow() error {
 	if b.load() == BreakerClosed {
 		return nil

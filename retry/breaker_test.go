@@ -207,3 +207,70 @@ func (c *syncClock) add(d time.Duration) {
 	defer c.mu.Unlock()
 	c.t = c.t.Add(d)
 }
+
+// TestBreakerBacksOff: the breaker probes 1s after it opens, then backs its
+// open period off while probes fail (2s, 4s, ... 30s), and starts again from
+// 1s once a probe closes it.
+func TestBreakerBacksOff(t *testing.T) {
+	c := newClock()
+	b := NewBreaker(BreakerOptions{ConsecutiveFailures: 1, Now: c.now})
+	// openFor waits until the breaker lets a probe through and returns how
+	// long that took, stepping the clock by 100ms.
+	openFor := func() time.Duration {
+		t.Helper()
+		var waited time.Duration
+		for b.Allow() != nil {
+			c.add(100 * time.Millisecond)
+			waited += 100 * time.Millisecond
+			if waited > time.Hour {
+				t.Fatal("the breaker never let a probe through")
+			}
+		}
+		return waited
+	}
+	if err := b.Allow(); err != nil {
+		t.Fatal(err)
+	}
+	b.Record(errBoom) // opens
+	var got []time.Duration
+	for range 8 {
+		got = append(got, openFor())
+		b.Record(errBoom) // the probe fails: open again, for longer
+	}
+	s := time.Second
+	want := []time.Duration{s, 2 * s, 4 * s, 8 * s, 16 * s, 30 * s, 30 * s, 30 * s}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("open periods %v, want %v", got, want)
+	}
+	// Recovery: the probe succeeds and closes the breaker; the next outage
+	// starts from 1s again.
+	openFor()
+	b.Record(nil)
+	if st := b.State(); st != BreakerClosed {
+		t.Fatalf("state %v after a successful probe", st)
+	}
+	if err := b.Allow(); err != nil {
+		t.Fatal(err)
+	}
+	b.Record(errBoom)
+	if d := openFor(); d != s {
+		t.Fatalf("open for %v after closing, want 1s", d)
+	}
+
+	// Options: a constant period, and a custom range.
+	c2 := newClock()
+	constant := NewBreaker(BreakerOptions{ConsecutiveFailures: 1, OpenFor: 5 * s, MaxOpenFor: 5 * s, Now: c2.now})
+	constant.Record(errBoom)
+	c2.add(5 * s)
+	if constant.Allow() != nil {
+		t.Fatal("no probe after 5s")
+	}
+	constant.Record(errBoom)
+	c2.add(5 * s)
+	if constant.State() != BreakerHalfOpen {
+		t.Fatal("MaxOpenFor = OpenFor must keep the period constant")
+	}
+	if o := (NewBreaker(BreakerOptions{OpenFor: time.Minute})).o; o.MaxOpenFor != time.Minute {
+		t.Fatalf("OpenFor above the default MaxOpenFor: MaxOpenFor %v, want 1m", o.MaxOpenFor)
+	}
+}
