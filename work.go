@@ -98,12 +98,8 @@ func call(ctx context.Context, h Handler, it *Item) (out []byte, err error) {
 	return h(ctx, it)
 }
 
+// classify is the stage policy's classification, the very one retry.Do
+// applies, so that a stage's classifier means the same in both layers.
 func classify(p retry.Policy, err error) retry.Outcome {
-	if p.Classifier != nil {
-		if o, ok := p.Classifier(err); ok {
-			return o
-		}
-		return retry.Outcome{Class: retry.ClassRetryable}
-	}
-	return retry.Classify(err)
+	return p.Classify(err)
 }

@@ -247,9 +247,18 @@ func Classify(err error) Outcome {
 	return o
 }
 
-// classify is Do's classification: explicit classifications always win, then the
-// policy's classifier (DefaultClassifier if nil).
+// Classify classifies err the way Do does, and is the one classification that a layer
+// retrying on p's behalf (redrive's durable engine) must use so that both agree:
+// explicit classifications (Final, Retryable, RateLimited, any ClassedError) always win;
+// other errors go to p.Classifier (DefaultClassifier if nil), whose answer holds whether
+// or not it was decisive, so the unknown class of a Chain is the class of errors it does
+// not know. Classify(nil) is the zero Outcome.
+func (p Policy) Classify(err error) Outcome { return p.classify(err) }
+
 func (p *Policy) classify(err error) Outcome {
+	if err == nil {
+		return Outcome{}
+	}
 	if o, ok := Explicit(err); ok {
 		return o
 	}

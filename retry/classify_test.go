@@ -150,3 +150,59 @@ func TestClassText(t *testing.T) {
 		t.Error("MarshalText(9) no error")
 	}
 }
+
+// TestPolicyClassify: the one classification shared by Do and the durable
+// engine. Explicit wrappers win over the policy's classifier, and a Chain's
+// unknown class holds for errors that no classifier of the chain knows.
+func TestPolicyClassify(t *testing.T) {
+	errTimeout := errors.New("timeout")
+	errOther := errors.New("something else")
+	p := Policy{Classifier: Chain(ClassFinal, Is(errTimeout, ClassRetryable))}
+	tests := []struct {
+		name string
+		err  error
+		want Outcome
+	}{
+		{"chain decides", fmt.Errorf("query: %w", errTimeout), Outcome{Class: ClassRetryable}},
+		{"chain default holds", errOther, Outcome{Class: ClassFinal}},
+		{"rate limited wrapper wins", RateLimited(errOther, 10*time.Millisecond), Outcome{Class: ClassRateLimited, RetryAfter: 10 * time.Millisecond}},
+		{"retryable wrapper wins", Retryable(errOther), Outcome{Class: ClassRetryable}},
+		{"final wrapper wins", Final(errTimeout), Outcome{Class: ClassFinal}},
+		{"wrapped wrapper wins", fmt.Errorf("stage: %w", RateLimited(errTimeout, time.Second)), Outcome{Class: ClassRateLimited, RetryAfter: time.Second}},
+		{"nil", nil, Outcome{}},
+	}
+	for _, tt := range tests {
+		if got := p.Classify(tt.err); got != tt.want {
+			t.Errorf("%s: Classify(%v) = %+v, want %+v", tt.name, tt.err, got, tt.want)
+		}
+	}
+	// No classifier: the DefaultClassifier, unknown errors retryable.
+	if got := (Policy{}).Classify(errOther); got.Class != ClassRetryable {
+		t.Errorf("default policy: %v", got.Class)
+	}
+	if got := (Policy{}).Classify(context.DeadlineExceeded); got.Class != ClassRetryable {
+		t.Errorf("default policy, deadline: %v", got.Class)
+	}
+
+	// Do applies the same function: the chain's default makes an unknown
+	// error final (1 call), and a RateLimited error waits without consuming
+	// the single attempt.
+	p.MaxAttempts, p.BaseDelay, p.JitterMode = 3, time.Millisecond, JitterNone
+	calls := 0
+	_ = Do(context.Background(), p, func(context.Context) error { calls++; return errOther })
+	if calls != 1 {
+		t.Errorf("Do with the chain: %d calls for an unknown error, want 1", calls)
+	}
+	p.MaxAttempts = 1
+	calls = 0
+	err := Do(context.Background(), p, func(context.Context) error {
+		calls++
+		if calls < 3 {
+			return RateLimited(errOther, time.Millisecond)
+		}
+		return nil
+	})
+	if err != nil || calls != 3 {
+		t.Errorf("Do with the chain, rate limited: %d calls, %v; want 3 calls and success", calls, err)
+	}
+}
