@@ -91,9 +91,9 @@ type Breaker struct {
 	mu        sync.Mutex
 	openedAt  time.Time
 	openFor   time.Duration // the current open period
-	inFlight  int   // half-open probes allowed and not yet recorded
-	successes int   // half-open probe successes
-	failures  int64 // failures while closed, for FailureRate
+	inFlight  int           // half-open probes allowed and not yet recorded
+	successes int           // half-open probe successes
+	failures  int64         // failures while closed, for FailureRate
 	hist      history
 }
 

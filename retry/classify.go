@@ -93,9 +93,16 @@ type classedError struct {
 	err   error
 	class Class
 	after time.Duration
+	layer string // the Name of the nested layer that made the attempt, if any
 }
 
-func (e *classedError) Error() string                      { return e.err.Error() }
+func (e *classedError) Error() string {
+	if e.layer != "" {
+		return e.layer + ": " + e.err.Error()
+	}
+	return e.err.Error()
+}
+
 func (e *classedError) Unwrap() error                      { return e.err }
 func (e *classedError) RetryClass() (Class, time.Duration) { return e.class, e.after }
 

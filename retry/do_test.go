@@ -65,7 +65,7 @@ func TestDoExhaustedAndHooks(t *testing.T) {
 	if re.Attempts != 3 || re.Reason != ReasonAttempts || re.Outcome.Class != ClassRetryable || !errors.Is(err, errBoom) {
 		t.Errorf("bad error: %+v", re)
 	}
-	if !strings.HasPrefix(err.Error(), "after 3 attempts: boom") {
+	if err.Error() != "gave up after 3 attempts (attempts exhausted): boom" {
 		t.Errorf("message %q", err.Error())
 	}
 	if len(retries) != 2 || retries[0].Attempt != 1 || retries[0].Delay != time.Millisecond ||

@@ -23,8 +23,10 @@
 // # Do
 //
 // Do calls an operation until it succeeds, fails finally, or the policy gives up; it then
-// returns an *Error that wraps the last error (errors.Is/As see through it), says how
-// many attempts were made and why it stopped, and carries the last classification.
+// returns an *Error that wraps the last error (errors.Is/As see through it), names the
+// layer, says how many attempts were made and why it stopped, and carries the
+// classification an outer layer should apply. Policy.Classify is the classification Do
+// uses, for layers (such as redrive's durable engine) that retry on a policy's behalf.
 //
 //   - Context: when the caller's ctx is done Do stops at once. An attempt failing with
 //     context.DeadlineExceeded from its own timeout while ctx is alive is retryable. Do
@@ -45,7 +47,11 @@
 // A dependency that always fails, called under two nested layers of 3 attempts each,
 // therefore receives 3 calls, not 9. The inner layer's classifier, budget and breaker
 // still apply to its attempt. Set Policy.Independent for a layer that must retry on its
-// own (for example a fast, silent reconnect under a slow, user-visible retry).
+// own (for example a fast, silent reconnect under a slow, user-visible retry), and
+// Policy.Exhausted to ExhaustedFinal if what it gave up on must not be retried by the
+// outer layer. Policy.Name names a layer in its errors and events, so that a failure
+// says which layer gave up: "workflow: bigquery: gave up after 3 attempts (attempts
+// exhausted): timeoutExceeded".
 //
 // # Budgets and breakers
 //

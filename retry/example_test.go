@@ -27,7 +27,7 @@ func ExampleDo() {
 	fmt.Println(err)
 	// Output:
 	// 3 <nil>
-	// after 1 attempt: invalid input (final error)
+	// gave up after 1 attempt (final error): invalid input
 }
 
 func ExampleDoValue() {
@@ -97,4 +97,57 @@ func Example_nested() {
 	})
 	fmt.Println(calls)
 	// Output: 3
+}
+
+// Example_layers is ADR-001's layered retry: an infrastructure layer (BigQuery) retries
+// timeouts silently and owns them; a workflow layer, outside it, retries business
+// failures (a query to write again) where the user sees it. When BigQuery stays down the
+// infrastructure layer's 3 attempts are all: the workflow does not repeat them (3 calls,
+// not 9), and the error says which layer gave up.
+func Example_layers() {
+	errTimeout := errors.New("timeoutExceeded")
+	errInvalid := errors.New("invalidQuery")
+	bigquery := retry.Policy{
+		Name:        "bigquery",
+		MaxAttempts: 3, BaseDelay: time.Millisecond, JitterMode: retry.JitterNone,
+		Independent: true,                 // retries on its own inside the workflow's Do
+		Exhausted:   retry.ExhaustedFinal, // and what it gave up on, the workflow must not retry
+		// Only infrastructure failures are its business; anything else stops it at once.
+		Classifier: retry.Chain(retry.ClassFinal, retry.Is(errTimeout, retry.ClassRetryable), retry.Network),
+	}
+	workflow := retry.Policy{
+		Name:        "workflow",
+		MaxAttempts: 3, BaseDelay: time.Millisecond, JitterMode: retry.JitterNone,
+		OnRetry: func(e retry.Event) { fmt.Printf("  %s: attempt %d failed: %v\n", e.Layer, e.Attempt, e.Err) },
+	}
+
+	run := func(answers ...error) {
+		calls := 0
+		execute := func(ctx context.Context) error { // the BigQuery call
+			err := answers[min(calls, len(answers)-1)]
+			calls++
+			return err
+		}
+		err := retry.Do(context.Background(), workflow, func(ctx context.Context) error {
+			// (generate the SQL here)
+			err := retry.Do(ctx, bigquery, execute)
+			if errors.Is(err, errInvalid) {
+				// A business failure: the workflow can write a better query.
+				return retry.Retryable(fmt.Errorf("query issue: %w", err))
+			}
+			return err
+		})
+		fmt.Printf("%d calls: %v\n", calls, err)
+	}
+	fmt.Println("BigQuery stays down:")
+	run(errTimeout)
+	fmt.Println("BigQuery answers invalidQuery twice, then the third query runs:")
+	run(errInvalid, errInvalid, nil)
+	// Output:
+	// BigQuery stays down:
+	// 3 calls: workflow: bigquery: gave up after 3 attempts (attempts exhausted): timeoutExceeded
+	// BigQuery answers invalidQuery twice, then the third query runs:
+	//   workflow: attempt 1 failed: query issue: bigquery: gave up after 1 attempt (final error): invalidQuery
+	//   workflow: attempt 2 failed: query issue: bigquery: gave up after 1 attempt (final error): invalidQuery
+	// 3 calls: <nil>
 }

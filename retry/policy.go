@@ -154,6 +154,9 @@ type Source interface{ Float64() float64 }
 // modify them freely; a Policy is safe for concurrent use if its Rand, Budget, Breaker
 // and hooks are.
 type Policy struct {
+	// Name names the layer in its errors and events ("bigquery: gave up after 3
+	// attempts ..."), so that nested layers say which one failed. Empty by default.
+	Name string
 	// MaxAttempts is the number of attempts including the first; 0 means 3, 1 means no retries.
 	// Rate-limited waits (see MaxRateLimitWaits) do not consume attempts.
 	MaxAttempts int
@@ -184,6 +187,12 @@ type Policy struct {
 	// Independent makes Do retry on its own even inside another Do. By default (false) a Do
 	// nested in another makes exactly one attempt and lets the outer layer decide.
 	Independent bool
+	// Exhausted says how an outer layer classifies this layer's error once its own
+	// allowance ran out (attempts, rate-limit waits or MaxElapsed). The zero value,
+	// ExhaustedKeepClass, passes the last error's class through; ExhaustedFinal, with
+	// Independent, makes an inner layer own its failures: the outer layer does not retry
+	// what the inner one already retried.
+	Exhausted Exhaustion
 	// Budget, if not nil, must grant every retry; it is shared by all callers of one dependency.
 	Budget *Budget
 	// Breaker, if not nil, must allow every attempt and is told every outcome.
@@ -299,6 +308,9 @@ func (p Policy) Validate() error {
 	}
 	if p.MaxRateLimitWait < 0 {
 		bad("MaxRateLimitWait %v is negative", p.MaxRateLimitWait)
+	}
+	if p.Exhausted > ExhaustedRetryable {
+		bad("unknown Exhausted %d", p.Exhausted)
 	}
 	if p.MaxRateLimitWaits < 0 {
 		bad("MaxRateLimitWaits %d is negative", p.MaxRateLimitWaits)
