@@ -51,7 +51,10 @@ func doValue[T any](ctx context.Context, p *Policy, op func(ctx context.Context)
 	}
 	deadline, hasDeadline := ctx.Deadline()
 	maxAttempts := p.attempts()
-	counted, rlWaits, calls := 0, 0, 0
+	// counted: failures that consumed an attempt; rlWaits: rate-limited waits that did
+	// not; rateLimited: all rate-limited failures, which space the waits without a
+	// Retry-After.
+	counted, rlWaits, rateLimited, calls := 0, 0, 0, 0
 	var lastErr error
 	if p.Budget != nil {
 		p.Budget.OnRequest()
@@ -84,12 +87,15 @@ func doValue[T any](ctx context.Context, p *Policy, op func(ctx context.Context)
 			return zero, p.giveUp(calls, err, o, ReasonCanceled, cerr)
 		}
 		var delay time.Duration
+		if o.Class == ClassRateLimited {
+			rateLimited++
+		}
 		switch {
 		case o.Class == ClassFinal:
 			return zero, p.giveUp(calls, err, o, ReasonFinal, nil)
 		case o.Class == ClassRateLimited && rlWaits < p.maxRateLimitWaits():
 			rlWaits++
-			delay = p.rateLimitDelay(o.RetryAfter, rlWaits)
+			delay = p.rateLimitDelay(o.RetryAfter, rateLimited)
 		default:
 			counted++
 			if counted >= maxAttempts {
@@ -100,7 +106,9 @@ func doValue[T any](ctx context.Context, p *Policy, op func(ctx context.Context)
 				return zero, p.giveUp(calls, err, o, reason, nil)
 			}
 			if o.Class == ClassRateLimited {
-				delay = p.rateLimitDelay(o.RetryAfter, counted)
+				// Allowance spent or not, the waits keep growing and never
+				// undercut the Retry-After.
+				delay = p.rateLimitDelay(o.RetryAfter, rateLimited)
 			} else {
 				delay = p.delay(counted)
 			}

@@ -3,6 +3,7 @@ package retry
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -426,4 +427,45 @@ func TestScope(t *testing.T) {
 		}
 		return nil
 	})
+}
+
+// TestDoRateLimitedWithoutRetryAfterGrows: successive rate-limited failures
+// without Retry-After wait longer and longer, through the free waits and on
+// after they are spent (the wait used to fall back to the first delay once
+// rate limits began to consume attempts).
+func TestDoRateLimitedWithoutRetryAfterGrows(t *testing.T) {
+	p := Policy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: time.Second, JitterMode: JitterNone, MaxRateLimitWaits: 3}
+	var delays []time.Duration
+	p.OnRetry = func(e Event) { delays = append(delays, e.Delay) }
+	calls := 0
+	err := Do(context.Background(), p, func(context.Context) error {
+		calls++
+		return RateLimited(errBoom, 0)
+	})
+	// 3 free waits, then 3 attempts consumed: 6 calls, 5 waits.
+	if calls != 6 || !errors.Is(err, errBoom) {
+		t.Fatalf("calls = %d, err = %v", calls, err)
+	}
+	ms := time.Millisecond
+	want := []time.Duration{ms, 2 * ms, 4 * ms, 8 * ms, 16 * ms}
+	if fmt.Sprint(delays) != fmt.Sprint(want) {
+		t.Fatalf("waits %v, want %v", delays, want)
+	}
+}
+
+// TestDoRateLimitedNeverBeforeRetryAfter: once the free waits are spent, a
+// rate-limited failure still waits at least its Retry-After.
+func TestDoRateLimitedNeverBeforeRetryAfter(t *testing.T) {
+	p := Policy{MaxAttempts: 3, BaseDelay: time.Millisecond, MaxDelay: 2 * time.Millisecond, JitterMode: JitterNone, MaxRateLimitWaits: 1}
+	var delays []time.Duration
+	p.OnRetry = func(e Event) { delays = append(delays, e.Delay) }
+	_ = Do(context.Background(), p, func(context.Context) error { return RateLimited(errBoom, 15*time.Millisecond) })
+	if len(delays) != 3 {
+		t.Fatalf("waits %v, want 3 (1 free, 2 counted)", delays)
+	}
+	for i, d := range delays {
+		if d < 15*time.Millisecond {
+			t.Errorf("wait %d = %v, sooner than Retry-After 15ms", i+1, d)
+		}
+	}
 }

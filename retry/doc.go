@@ -33,9 +33,10 @@
 //     gives up early, returning the last real error rather than a context error, when
 //     the next delay would pass ctx's deadline, or Policy.MaxElapsed.
 //   - Rate limits: a ClassRateLimited failure waits Policy.RateLimitDelay (at least the
-//     Retry-After, capped by MaxRateLimitWait, a little positive jitter) and does not
-//     consume an attempt, up to MaxRateLimitWaits such waits; after that rate-limited
-//     failures count as attempts.
+//     Retry-After, capped by MaxRateLimitWait, a little positive jitter; without one, a
+//     delay that grows with each rate-limited failure) and does not consume an attempt,
+//     up to MaxRateLimitWaits such waits; after that rate-limited failures count as
+//     attempts, and their waits go on growing and honouring the Retry-After.
 //   - Hooks: OnRetry is called before each sleep, OnGiveUp when Do returns an error.
 //
 // # Nested layers

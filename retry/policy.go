@@ -430,18 +430,23 @@ func (p *Policy) delay(attempt int) time.Duration {
 	return min(toDuration(d), p.maxDelay())
 }
 
-// RateLimitDelay returns how long to wait after a rate-limited failure whose server asked
-// for retryAfter: at least retryAfter and at least BaseDelay, plus up to 10% positive
-// jitter so clients do not resynchronise, capped at MaxRateLimitWait (default 5 minutes).
-// With no hint (retryAfter <= 0) it is the ordinary Delay(attempt), capped the same way.
-func (p Policy) RateLimitDelay(retryAfter time.Duration, attempt int) time.Duration {
-	return p.rateLimitDelay(retryAfter, attempt)
+// RateLimitDelay returns how long to wait after the wait-th rate-limited failure
+// (1-based, counting every rate-limited failure so far, whether or not its wait consumed
+// an attempt) whose server asked for retryAfter: at least retryAfter and at least
+// BaseDelay, plus up to 10% positive jitter so clients do not resynchronise. With no hint
+// (retryAfter <= 0) it is Delay(wait), so that successive rate limits back off as the
+// policy's schedule grows instead of hitting the limit again at a constant pace. Either
+// way it is capped at MaxRateLimitWait (default 5 minutes), the one bound a caller sets on
+// the dependency's Retry-After; below that cap it is never less than retryAfter, however
+// many waits were already made.
+func (p Policy) RateLimitDelay(retryAfter time.Duration, wait int) time.Duration {
+	return p.rateLimitDelay(retryAfter, wait)
 }
 
-func (p *Policy) rateLimitDelay(retryAfter time.Duration, attempt int) time.Duration {
+func (p *Policy) rateLimitDelay(retryAfter time.Duration, wait int) time.Duration {
 	capd := p.maxRateLimitWait()
 	if retryAfter <= 0 {
-		return min(p.delay(attempt), capd)
+		return min(p.delay(wait), capd)
 	}
 	d := max(retryAfter, p.base())
 	if d >= capd {

@@ -202,6 +202,20 @@ func TestRateLimitDelay(t *testing.T) {
 	if d := p.RateLimitDelay(10*s, 1); d != 10500*time.Millisecond {
 		t.Errorf("jitter: got %v, want 10.5s", d)
 	}
+	// Without Retry-After the wait grows with the number of rate-limited
+	// failures, as the policy's schedule does, up to MaxRateLimitWait.
+	p = Policy{JitterMode: JitterNone, MaxDelay: time.Hour, MaxRateLimitWait: 30 * s}
+	for wait, want := range map[int]time.Duration{1: s, 2: 2 * s, 3: 4 * s, 5: 16 * s, 6: 30 * s, 20: 30 * s} {
+		if d := p.RateLimitDelay(0, wait); d != want {
+			t.Errorf("RateLimitDelay(0, %d) = %v, want %v", wait, d, want)
+		}
+	}
+	// With Retry-After, the wait count does not lower it.
+	for _, wait := range []int{1, 10} {
+		if d := p.RateLimitDelay(3*s, wait); d < 3*s || d > 3300*time.Millisecond {
+			t.Errorf("RateLimitDelay(3s, %d) = %v, want [3s, 3.3s]", wait, d)
+		}
+	}
 }
 
 func TestValidate(t *testing.T) {
