@@ -142,7 +142,9 @@ func (b *Budget) creditLocked(now time.Time) {
 	if dt := t - b.last; dt > b.burst {
 		recent = int64(float64(earned) * float64(b.burst) / float64(dt))
 	}
-	limit := max(recent, unit, b.floor)
+	// While failures are frequent, credit comes in small amounts and is spent a retry
+	// at a time: the fraction of a retry left over is not saved credit, so it is kept.
+	limit := max(recent, unit, b.floor, b.credit%unit+recent)
 	b.credit = addCapped(b.credit, earned, limit)
 	b.secondEarns = satAdd(b.secondEarns, earned)
 	if s := t / int64(time.Second); s > b.second {

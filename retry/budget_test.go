@@ -3,6 +3,8 @@ package retry
 import (
 	"container/heap"
 	"math/rand/v2"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -243,4 +245,40 @@ func (q *eventQueue) Pop() any {
 	ev := old[len(old)-1]
 	*q = old[:len(old)-1]
 	return ev
+}
+
+// TestBudgetConcurrent shares a Budget between goroutines that request,
+// retry and read its stats at once (run with -race). The grants add up to the
+// ratio: a retry asked for every third request gets 0.3 of a retry's credit
+// each time, and the cap on saved credit must not cut off the fractions (it
+// did, granting one in four asks: 3,334 instead of 4,000).
+func TestBudgetConcurrent(t *testing.T) {
+	c := &syncClock{t: time.Unix(1_700_000_000, 0)}
+	b := NewBudget(BudgetOptions{Now: c.now})
+	var granted atomic.Int64
+	var wg sync.WaitGroup
+	for g := range 8 {
+		wg.Go(func() {
+			for i := range 5000 {
+				b.OnRequest()
+				if i%3 == 0 && b.TryRetry() {
+					granted.Add(1)
+				}
+				if g == 0 && i%100 == 0 {
+					c.add(10 * time.Millisecond)
+					b.Stats()
+				}
+			}
+		})
+	}
+	wg.Wait()
+	// 40,000 requests earn 4,000 retries; the clock moved 0.5s: one floor
+	// retry at most, plus the one a new budget starts with.
+	if n := granted.Load(); n > 4002 || n < 3900 {
+		t.Fatalf("granted %d retries for 40000 requests, want about 4000 and at most 4002", n)
+	}
+	req, ret := b.Stats()
+	if req != 40000 || ret != float64(granted.Load()) {
+		t.Fatalf("stats %v %v, want 40000 %d", req, ret, granted.Load())
+	}
 }
