@@ -128,6 +128,7 @@ func (e *engine) claimBatch(req ClaimRequest, now time.Time) (int, error) {
 		return 0, err
 	}
 	ts := make([]*task, len(leases))
+	lost := 0
 	e.mu.Lock()
 	for i, l := range leases {
 		t := &task{lease: l, stage: -1}
@@ -135,11 +136,11 @@ func (e *engine) claimBatch(req ClaimRequest, now time.Time) (int, error) {
 			t.pipeline = p
 			t.stage = p.stageIndex(l.Item.Stage)
 		}
-		e.inflight[l.Item.ID] = t
-		e.running[t.key()]++
+		lost += e.trackLocked(t)
 		ts[i] = t
 	}
 	e.mu.Unlock()
+	e.reportLost(lost, "claim")
 	for _, t := range ts {
 		e.work <- t
 	}

@@ -30,6 +30,13 @@ func (e *engine) completeLoop() {
 }
 
 func (e *engine) flush(batch []*task) {
+	// From here on a lease may end because it was completed: a heartbeat
+	// that finds it gone does not report a loss (see heartbeatLoop).
+	e.mu.Lock()
+	for _, t := range batch {
+		t.completing = true
+	}
+	e.mu.Unlock()
 	var comps []Completion
 	var rel []LeaseRef
 	for _, t := range batch {
@@ -66,11 +73,7 @@ func (e *engine) flush(batch []*task) {
 	i := 0
 	e.mu.Lock()
 	for _, t := range batch {
-		delete(e.inflight, t.lease.Item.ID)
-		k := t.key()
-		if e.running[k]--; e.running[k] <= 0 {
-			delete(e.running, k)
-		}
+		e.untrackLocked(t)
 	}
 	e.mu.Unlock()
 	for _, t := range batch {

@@ -33,8 +33,16 @@ type engine struct {
 	completions chan *task
 	wakeCh      chan struct{}
 
-	mu       sync.Mutex
-	inflight map[int64]*task // by item ID: claimed and not yet completed
+	mu sync.Mutex
+	// inflight holds every lease of this process not yet completed, by
+	// lease: one process may hold an old and a new lease of one item (the
+	// claimer took the item's next stage while the completer still does
+	// the bookkeeping of the last one, or the rescuer took over a lease
+	// that expired), and each is settled on its own.
+	inflight map[LeaseRef]*task
+	// current is, by item ID, the newest of those leases: the one that
+	// heartbeats extend.
+	current  map[int64]*task
 	running  map[StageKey]int
 	aborted  map[int64]string // run ID -> abort reason
 	breakers map[StageKey]retry.BreakerState
@@ -59,9 +67,12 @@ type task struct {
 	probe    bool // a half-open breaker's probe: its failure is the dependency's
 	events   []Event
 	// cancel interrupts the running handler; lost records that the lease
-	// was taken over. Both are guarded by engine.mu.
-	cancel context.CancelFunc
-	lost   bool
+	// was taken over; completing that the completion or release is being
+	// written, so that the lease may end without having been lost. All
+	// are guarded by engine.mu.
+	cancel     context.CancelFunc
+	lost       bool
+	completing bool
 }
 
 func (t *task) key() StageKey {
@@ -80,7 +91,8 @@ func (c *Client) Start(ctx context.Context) error {
 	e := &engine{
 		c: c, store: c.store, cfg: c.cfg, log: c.cfg.Logger,
 		pipelines: map[string]*Pipeline{},
-		inflight:  map[int64]*task{},
+		inflight:  map[LeaseRef]*task{},
+		current:   map[int64]*task{},
 		running:   map[StageKey]int{},
 		aborted:   map[int64]string{},
 		breakers:  map[StageKey]retry.BreakerState{},

@@ -12,9 +12,12 @@ func (e *engine) heartbeatLoop() {
 			return
 		case <-tick.C:
 		}
+		// Only each item's current lease is extended: an older lease of
+		// the same item has ended, and sending both would leave the
+		// store's answer, by item ID, ambiguous.
 		e.mu.Lock()
-		refs := make([]LeaseRef, 0, len(e.inflight))
-		for _, t := range e.inflight {
+		refs := make([]LeaseRef, 0, len(e.current))
+		for _, t := range e.current {
 			refs = append(refs, t.lease.Ref())
 		}
 		e.mu.Unlock()
@@ -29,29 +32,30 @@ func (e *engine) heartbeatLoop() {
 		if len(lost) == 0 {
 			continue
 		}
-		// A stale worker stops working on items that are no longer its
-		// own: their new owner runs them. A lease reported lost may also
-		// just have been completed meanwhile, and its item claimed again
-		// by this client under a new token: only the token that was sent
-		// can be lost.
 		sent := make(map[int64]int64, len(refs))
 		for _, r := range refs {
 			sent[r.ItemID] = r.Token
 		}
+		// A stale worker stops working on items that are no longer its
+		// own: their new owner runs them. A lease that is no longer
+		// current may instead have been completed by this process while
+		// the heartbeat was on its way: such a task is completing, or
+		// already gone, and the completer learns from the store whether
+		// its completion applied. Only the others are losses.
 		n := 0
 		e.mu.Lock()
 		for _, id := range lost {
-			if t := e.inflight[id]; t != nil && t.lease.Token == sent[id] {
-				n++
-				t.lost = true
-				if t.cancel != nil {
-					t.cancel()
-				}
+			t := e.inflight[LeaseRef{ItemID: id, Token: sent[id]}]
+			if t == nil || t.completing || t.lost {
+				continue
+			}
+			n++
+			t.lost = true
+			if t.cancel != nil {
+				t.cancel()
 			}
 		}
 		e.mu.Unlock()
-		if n > 0 {
-			e.log.Warn("redrive: leases lost; their attempts were interrupted", "items", n)
-		}
+		e.reportLost(n, "heartbeat")
 	}
 }

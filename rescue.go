@@ -32,6 +32,7 @@ func (e *engine) rescue() int {
 		return 0
 	}
 	batch := make([]*task, 0, len(leases))
+	lost := 0
 	e.mu.Lock()
 	for _, l := range leases {
 		t := &task{lease: l, stage: -1}
@@ -48,8 +49,7 @@ func (e *engine) rescue() int {
 		if started.After(now) || started.IsZero() {
 			started = now
 		}
-		e.inflight[l.Item.ID] = t
-		e.running[t.key()]++
+		lost += e.trackLocked(t)
 		e.mu.Unlock()
 		e.decide(t, pol, nil, errLost, retry.Outcome{Class: retry.ClassRetryable}, started, now)
 		t.events = append(t.events, Rescued{Pipeline: l.Item.Pipeline, Stage: l.Item.Stage, RunID: l.Item.RunID, ItemID: l.Item.ID})
@@ -57,6 +57,7 @@ func (e *engine) rescue() int {
 		batch = append(batch, t)
 	}
 	e.mu.Unlock()
+	e.reportLost(lost, "rescue")
 	e.log.Info("redrive: rescued items whose lease expired", "items", len(batch))
 	e.flush(batch)
 	return len(leases)
