@@ -128,7 +128,9 @@ func TestCrashRecovery(t *testing.T) {
 	kills := 0
 	for range 6 {
 		cmd := start()
-		time.Sleep(time.Duration(150+rng.IntN(500)) * time.Millisecond)
+		// Kill it while it holds leases, at a random point after that.
+		waitHolding(t, s, cmd, run.ID)
+		time.Sleep(time.Duration(rng.IntN(300)) * time.Millisecond) // a random kill point, not a wait
 		if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
 			t.Fatal(err)
 		}
@@ -155,6 +157,28 @@ func TestCrashRecovery(t *testing.T) {
 	if lost == 0 {
 		t.Fatal("no attempt was lost: the kills did not hit running work, so the test proved nothing")
 	}
+}
+
+// waitHolding returns once the worker process cmd holds a lease of run
+// (its owner name holds its process ID), so that killing it interrupts
+// work, or once the run has nothing left to work.
+func waitHolding(t *testing.T, s redrive.Store, cmd *exec.Cmd, runID int64) {
+	t.Helper()
+	ctx := context.Background()
+	pid := ":" + strconv.Itoa(cmd.Process.Pid) + ":"
+	waitFor(t, "worker "+pid+" to hold a lease", func() bool {
+		its, err := s.ListItems(ctx, redrive.ItemFilter{RunID: runID, States: []redrive.State{redrive.StateRunning}, Limit: 1000})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, it := range its {
+			if strings.Contains(it.LeaseOwner, pid) {
+				return true
+			}
+		}
+		r, err := s.GetRun(ctx, runID)
+		return err == nil && r.Counts.Pending+r.Counts.Running == 0
+	})
 }
 
 // verifyLedger checks the run's items against the handlers' ledger: every

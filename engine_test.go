@@ -316,9 +316,17 @@ func TestBreakerStopsClaimingWhileOpen(t *testing.T) {
 	eachStore(t, func(t *testing.T, s redrive.Store) {
 		var down atomic.Bool
 		down.Store(true)
-		var calls atomic.Int64
+		var calls, opened, halfOpened atomic.Int64
 		rec := &recorder{}
-		br := retry.NewBreaker(retry.BreakerOptions{ConsecutiveFailures: 3, OpenFor: 150 * time.Millisecond})
+		br := retry.NewBreaker(retry.BreakerOptions{ConsecutiveFailures: 3, OpenFor: 150 * time.Millisecond,
+			OnStateChange: func(_, to retry.BreakerState) {
+				switch to {
+				case retry.BreakerOpen:
+					opened.Add(1)
+				case retry.BreakerHalfOpen:
+					halfOpened.Add(1)
+				}
+			}})
 		p := redrive.Pipeline{Name: "br", Stages: []redrive.Stage{{Name: "dep", Policy: fast(5), Breaker: br, Concurrency: 1,
 			Handle: func(_ context.Context, it *redrive.Item) ([]byte, error) {
 				calls.Add(1)
@@ -332,12 +340,17 @@ func TestBreakerStopsClaimingWhileOpen(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		time.Sleep(400 * time.Millisecond)
+		// The outage lasts until the breaker has opened three times (it
+		// tripped, and two half-open probes failed), however long the
+		// machine takes to get there.
+		waitFor(t, "the breaker to open three times", func() bool { return opened.Load() >= 3 })
 		// Without the breaker, 50 items × 5 attempts at millisecond delays
-		// would be 250 calls and 50 dead items by now. With it: the 3 that
-		// tripped it plus one half-open probe per open period.
-		if n := calls.Load(); n > 12 {
-			t.Fatalf("%d calls while the dependency was down: the breaker did not stop claiming", n)
+		// would make 250 calls and 50 dead items. With it, the calls are
+		// the 3 that tripped it plus one probe per half-open period. The
+		// calls are read before the periods, which only grow.
+		n := calls.Load()
+		if probes := halfOpened.Load(); n > 3+probes {
+			t.Fatalf("%d calls while the dependency was down with %d half-open periods: the breaker did not stop claiming", n, probes)
 		}
 		if r, _ := s.GetRun(context.Background(), run.ID); r.Counts.Dead != 0 {
 			t.Fatalf("%d items dead during the outage", r.Counts.Dead)
@@ -347,12 +360,12 @@ func TestBreakerStopsClaimingWhileOpen(t *testing.T) {
 		if r.Counts.Succeeded != 50 {
 			t.Fatalf("after recovery: %+v", r.Counts)
 		}
-		if n := rec.count(func(e redrive.Event) bool {
-			b, ok := e.(redrive.BreakerChanged)
-			return ok && b.To == retry.BreakerOpen
-		}); n < 1 {
-			t.Fatal("no BreakerChanged(open) event")
-		}
+		waitFor(t, "a BreakerChanged(open) event", func() bool {
+			return rec.count(func(e redrive.Event) bool {
+				b, ok := e.(redrive.BreakerChanged)
+				return ok && b.To == retry.BreakerOpen
+			}) >= 1
+		})
 	})
 }
 
@@ -646,25 +659,33 @@ func TestNestedRetryInsideStageDoesNotMultiplyCalls(t *testing.T) {
 
 // An operator cancels a run from another process (the JSON API works on the
 // store): the items running then are canceled when their attempt ends
-// instead of moving on, and the run's counts settle.
+// instead of moving on, and the run's counts settle. The handlers wait
+// until the cancel is done, so which items were running then is known
+// exactly: the run's running count right after the pending items were
+// canceled.
 func TestRunCanceledFromAnotherProcessSettles(t *testing.T) {
 	eachStore(t, func(t *testing.T, s redrive.Store) {
 		var started atomic.Int64
-		slow := func(_ context.Context, it *redrive.Item) ([]byte, error) {
+		gate := make(chan struct{})
+		slow := func(ctx context.Context, it *redrive.Item) ([]byte, error) {
 			started.Add(1)
-			time.Sleep(20 * time.Millisecond)
+			select {
+			case <-gate:
+			case <-ctx.Done():
+				return nil, ctx.Err()
+			}
 			return it.Payload, nil
 		}
 		p := redrive.Pipeline{Name: "cancel", Stages: []redrive.Stage{{Name: "one", Handle: slow}, {Name: "two", Handle: slow}}}
-		c := startClient(t, s, testConfig(nil), p)
+		cfg := testConfig(nil)
+		c := startClient(t, s, cfg, p)
 		ctx := context.Background()
-		run, err := c.StartRun(ctx, "cancel", items(200), redrive.RunOptions{})
+		const n = 400
+		run, err := c.StartRun(ctx, "cancel", items(n), redrive.RunOptions{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for started.Load() < 20 {
-			time.Sleep(5 * time.Millisecond)
-		}
+		waitFor(t, "every worker to run a handler", func() bool { return started.Load() >= int64(cfg.Workers) })
 		now := time.Now()
 		if err := s.SetRunStatus(ctx, run.ID, redrive.RunAborted, "canceled by an operator", now); err != nil {
 			t.Fatal(err)
@@ -673,9 +694,18 @@ func TestRunCanceledFromAnotherProcessSettles(t *testing.T) {
 			redrive.Reason{Class: redrive.ClassCanceled, Error: "canceled by an operator", At: now}); err != nil {
 			t.Fatal(err)
 		}
+		at, err := s.GetRun(ctx, run.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		close(gate)
 		r := wait(t, c, run)
-		if r.Status != redrive.RunAborted || r.Counts.Canceled < 150 || r.Counts.Succeeded > 40 {
-			t.Fatalf("after cancel: %s %+v", r.Status, r.Counts)
+		if r.Status != redrive.RunAborted || r.Counts.Canceled < n-at.Counts.Running || r.Counts.Succeeded > at.Counts.Running ||
+			r.Counts.Canceled+r.Counts.Succeeded != n {
+			t.Fatalf("after cancel with %d items running: %s %+v", at.Counts.Running, r.Status, r.Counts)
+		}
+		if got := started.Load(); got > 2*int64(at.Counts.Running) {
+			t.Fatalf("%d handler calls for %d items running at the cancel: canceled items ran", got, at.Counts.Running)
 		}
 	})
 }
@@ -747,10 +777,15 @@ func TestLostLeaseInterruptsHandler(t *testing.T) {
 		}
 		select {
 		case <-interrupted:
-		case <-time.After(5 * time.Second):
+		case <-time.After(30 * time.Second):
 			t.Fatal("the stale worker's handler was not interrupted")
 		}
-		time.Sleep(100 * time.Millisecond) // let the stale worker finish its bookkeeping
+		// Stop returns once the stale worker's bookkeeping is done.
+		sctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		defer cancel()
+		if err := c.Stop(sctx); err != nil {
+			t.Fatal(err)
+		}
 		if atts, _ := s.Attempts(ctx, id); len(atts) != 0 {
 			t.Fatalf("the stale worker recorded %+v", atts)
 		}
@@ -763,6 +798,9 @@ func TestLostLeaseInterruptsHandler(t *testing.T) {
 			Record: redrive.Attempt{Number: 1, Outcome: redrive.OutcomeSucceeded, StartedAt: now, FinishedAt: now}}})
 		if err != nil || !applied[0] {
 			t.Fatalf("the new owner's completion: %v %v", applied, err)
+		}
+		if err := c.Start(ctx); err != nil {
+			t.Fatal(err)
 		}
 		if r := wait(t, c, run); r.Counts.Succeeded != 1 {
 			t.Fatalf("%+v", r.Counts)

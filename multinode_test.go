@@ -61,7 +61,8 @@ func TestMultiProcessPostgres(t *testing.T) {
 	kills := 0
 	for kills < 5 {
 		victim = start()
-		time.Sleep(time.Duration(300+rng.IntN(500)) * time.Millisecond)
+		waitHolding(t, s, victim, run.ID)
+		time.Sleep(time.Duration(rng.IntN(500)) * time.Millisecond) // a random kill point, not a wait
 		r, _ := s.GetRun(ctx, run.ID)
 		if r.Counts.Pending+r.Counts.Running == 0 {
 			break
@@ -120,9 +121,7 @@ func TestPostgresServerRestart(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for calls.Load() < n/5 {
-		time.Sleep(10 * time.Millisecond)
-	}
+	waitFor(t, "a fifth of the calls", func() bool { return calls.Load() >= n/5 })
 	before := calls.Load()
 	restart()
 	t.Logf("server restarted after %d calls", before)
