@@ -438,7 +438,7 @@ func TestNotify(t *testing.T) {
 	// Wait for the listener to be up: notifications keep coming while
 	// we enqueue until one arrives.
 	run := mustRun(t, other, "p")
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for {
 		enqueue(t, other, run, redrive.NewItem{})
 		if waitNote(t, ch, 200*time.Millisecond) {
@@ -471,7 +471,7 @@ func TestConnectionKill(t *testing.T) {
 	admin := pgtest.OpenStoreAt(t, url, schema)
 	ch := s.Notifications(ctx)
 	run := mustRun(t, admin, "p")
-	for deadline := time.Now().Add(10 * time.Second); ; {
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		enqueue(t, admin, run, redrive.NewItem{})
 		if waitNote(t, ch, 200*time.Millisecond) {
 			break
@@ -507,7 +507,7 @@ func TestConnectionKill(t *testing.T) {
 		t.Fatalf("%d errors after the kill, want at most 1", errs)
 	}
 	// The listener reconnects and notifications resume.
-	for deadline := time.Now().Add(15 * time.Second); ; {
+	for deadline := time.Now().Add(30 * time.Second); ; {
 		_, err := admin.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "p", Stage: "a", Items: []redrive.NewItem{{}}, Now: t0})
 		if err == nil && waitNote(t, ch, 300*time.Millisecond) {
 			break

@@ -514,9 +514,10 @@ stages:
 	}
 	cmd.Process.Signal(syscall.SIGKILL)
 	cmd.Wait()
-	// Commands run in their own process group and outlive the runner: let
-	// those started just before the kill write their ledger line.
-	time.Sleep(500 * time.Millisecond)
+	// Commands run in their own process group and outlive the runner: wait
+	// until those started before the kill have written their ledger line
+	// and exited.
+	waitGone(t, "LEDGER="+ledger)
 	atKill := map[string]bool{} // items the killed runner started
 	led, _ := os.ReadFile(ledger)
 	for _, k := range strings.Fields(string(led)) {
@@ -569,6 +570,47 @@ stages:
 	t.Logf("%d items succeeded before the kill, %d were repeated", len(before), repeated)
 }
 
+// waitGone waits until no live process has marker (NAME=value) in its
+// environment, reading /proc.
+func waitGone(t *testing.T, marker string) {
+	t.Helper()
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		pid := processWithEnv(marker)
+		if pid == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("process %s with %s did not exit", pid, marker)
+		}
+		time.Sleep(10 * time.Millisecond) // polls a condition, with a deadline
+	}
+}
+
+// processWithEnv returns the ID of a live process with marker in its
+// environment, or "". A zombie's environment reads empty.
+func processWithEnv(marker string) string {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return ""
+	}
+	for _, e := range ents {
+		if e.Name()[0] < '0' || e.Name()[0] > '9' {
+			continue
+		}
+		b, err := os.ReadFile("/proc/" + e.Name() + "/environ")
+		if err != nil {
+			continue
+		}
+		for _, kv := range bytes.Split(b, []byte{0}) {
+			if string(kv) == marker {
+				return e.Name()
+			}
+		}
+	}
+	return ""
+}
+
 // TestRunInterrupt sends SIGINT: the runner stops gracefully with exit 130
 // and a summary, and the same command finishes the run.
 func TestRunInterrupt(t *testing.T) {
@@ -587,7 +629,16 @@ func TestRunInterrupt(t *testing.T) {
 	if err := cmd.Start(); err != nil {
 		t.Fatal(err)
 	}
-	time.Sleep(800 * time.Millisecond)
+	// Interrupt it once an item has succeeded (of 30 slow ones, two at a
+	// time).
+	deadline := time.Now().Add(60 * time.Second)
+	for !anySucceeded(t, e.db) {
+		if time.Now().After(deadline) {
+			cmd.Process.Kill()
+			t.Fatalf("no item succeeded\n%s", stderr.String())
+		}
+		time.Sleep(10 * time.Millisecond) // polls a condition, with a deadline
+	}
 	cmd.Process.Signal(os.Interrupt)
 	err := cmd.Wait()
 	var ee *exec.ExitError
@@ -636,4 +687,21 @@ func TestPolicyPreviewFromExamples(t *testing.T) {
 	var rows []jsonPreviewRow
 	decodeJSON(t, r, &rows)
 	checkRows(t, rows, want["document policy"][:2])
+}
+
+// anySucceeded reports whether an item of the database at path has
+// succeeded; a database not created yet has none.
+func anySucceeded(t *testing.T, path string) bool {
+	t.Helper()
+	if _, err := os.Stat(path); err != nil {
+		return false
+	}
+	ctx := context.Background()
+	st, err := sqlite.Open(ctx, path)
+	if err != nil {
+		return false // still being created and migrated
+	}
+	defer st.Close()
+	n, err := st.Count(ctx, redrive.ItemFilter{States: []redrive.State{redrive.StateSucceeded}})
+	return err == nil && n > 0
 }
