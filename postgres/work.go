@@ -276,11 +276,12 @@ func (s *Store) Heartbeat(ctx context.Context, leases []redrive.LeaseRef, until 
 		return nil, nil
 	}
 	ids, tokens := splitRefs(leases)
-	// Fenced by token, and the leases drive the join (see Complete); rows
-	// are locked in ID order first (see lockLeased).
+	// Fenced by token, and the leases drive the join (see Complete); the
+	// rows are locked in ID order first (see lockLeased).
 	rows, err := s.pool.Query(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
 	upd AS (UPDATE `+s.q+`.items i SET lease_expires_at = $3
-		FROM lk WHERE i.id = lk.id AND i.lease_token = lk.token
+		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
 		RETURNING i.id, i.lease_token)
 	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
@@ -297,20 +298,27 @@ func (s *Store) Heartbeat(ctx context.Context, leases []redrive.LeaseRef, until 
 
 // lockLeased is a WITH query, lk(id, token), that locks the items whose
 // lease the arrays ids and tokens (SQL expressions) name and still hold,
-// in ID order. Heartbeats, releases and completions of many workers update
-// the same items at once, each naming them in its own order (a map's, a
-// batch's); updating them in those orders, two statements could each wait
-// for a row the other had locked, and PostgreSQL aborted one of them as a
-// deadlock about once a second under load. Every statement that updates
-// several leased items locks them through lk first and updates only what
-// it locked, so all of them wait for rows in one order. The lock re-checks
-// the token of a row that changed while it waited.
+// in ID order; lockedFirst, added to an UPDATE's conditions, reads lk in
+// full before the UPDATE touches a row. Heartbeats, releases and
+// completions of many workers update the same items at once, each naming
+// them in its own order (a map's, a batch's); updating them in those
+// orders, two statements could each wait for a row the other had locked,
+// and PostgreSQL aborted one of them as a deadlock about once a second
+// under load. Each of them now waits for rows only while locking them in
+// ID order; its UPDATE then finds them locked by itself. (The condition is
+// a constant, so the UPDATE's plan is unchanged: a join of the UPDATE
+// with lk was planned as a nested loop over lk for every completion,
+// quadratically.)
 func (s *Store) lockLeased(ids, tokens string) string {
 	return `lk AS MATERIALIZED (SELECT i.id, k.token
 		FROM unnest(` + ids + `::bigint[], ` + tokens + `::bigint[]) AS k(id, token)
 		JOIN ` + s.q + `.items i ON i.id = k.id AND i.lease_token = k.token AND k.token % 2 = 1
 		ORDER BY i.id FOR UPDATE OF i)`
 }
+
+// lockedFirst is the condition that makes an UPDATE read lk (see
+// lockLeased) before its first row: a constant subquery, evaluated once.
+const lockedFirst = `(SELECT count(*) FROM lk) >= 0`
 
 // Release returns the leased items still held to pending, due at now,
 // without recording an attempt, and notifies listeners.
@@ -324,7 +332,8 @@ func (s *Store) Release(ctx context.Context, leases []redrive.LeaseRef, now time
 	_, err := s.pool.Exec(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
 	upd AS (UPDATE `+s.q+`.items i SET state = 'pending', next_at = $3,
 			lease_token = i.lease_token + 1, lease_owner = '', lease_expires_at = NULL, updated_at = $3
-		FROM lk WHERE i.id = lk.id AND i.lease_token = lk.token
+		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
 		RETURNING i.id)
 	SELECT pg_notify($4, '') FROM (SELECT count(*) AS n FROM upd) c WHERE c.n > 0`, ids, tokens, now, s.channel)
 	if err != nil {
@@ -440,7 +449,7 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 			r_attempts, r_at, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error, a_started, a_finished, a_delay,
 			a_item, a_run, a_pipeline, ord)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1
-			AND EXISTS (SELECT 1 FROM lk WHERE lk.id = u.id AND lk.token = u.token)
+			AND `+lockedFirst+`
 		RETURNING i.id, u.token, u.ord, coalesce(nullif(u.a_item, 0), i.id) AS a_item, coalesce(nullif(u.a_run, 0), i.run_id) AS a_run,
 			coalesce(nullif(u.a_pipeline, ''), i.pipeline) AS a_pipeline, u.a_stage, u.a_stage_index, u.a_number, u.a_outcome,
 			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay),
