@@ -117,16 +117,3 @@ func checkCounts(t *testing.T, c redrive.Counts) {
 		t.Fatalf("counts do not add up: %+v", c)
 	}
 }
-
-// waitFor polls cond until it holds, and fails the test when it does not
-// within a deadline generous enough for a busy machine.
-func waitFor(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(60 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("timed out waiting for %s", what)
-		}
-		time.Sleep(5 * time.Millisecond) // polls a condition, with a deadline
-	}
-}
