@@ -136,6 +136,10 @@ func (c *Client) Register(p Pipeline) error {
 		return fmt.Errorf("%w: pipeline %q registered twice", ErrInvalidPipeline, p.Name)
 	}
 	p.Stages = append([]Stage(nil), p.Stages...)
+	p.hashes = make([]string, len(p.Stages))
+	for i := range p.Stages {
+		p.hashes[i] = p.Stages[i].ConfigHash()
+	}
 	c.pipelines[p.Name] = &p
 	return nil
 }

@@ -2,6 +2,7 @@ package redrive
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redrive/redrive/retry"
@@ -15,8 +16,11 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 		ItemID: it.ID, RunID: it.RunID, Pipeline: it.Pipeline, Stage: it.Stage, StageIndex: it.StageIndex,
 		Number: number, StartedAt: start, FinishedAt: end,
 	}
+	if t.pipeline != nil {
+		rec.ConfigHash = t.pipeline.configHash(t.stage)
+	}
 	c := Completion{ItemID: it.ID, Token: t.lease.Token, Now: end, Stage: it.Stage, StageIndex: it.StageIndex,
-		Attempt: it.Attempt, RateLimitWaits: it.RateLimitWaits}
+		Attempt: it.Attempt, RateLimitWaits: it.RateLimitWaits, FailedAttempts: it.FailedAttempts}
 	finished := AttemptFinished{Pipeline: it.Pipeline, Stage: it.Stage, RunID: it.RunID, ItemID: it.ID,
 		Attempt: number, Duration: end.Sub(start)}
 	abortReason, aborted := e.abortedRun(it.RunID)
@@ -41,6 +45,8 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 			c.Reason = &Reason{Stage: c.Stage, Class: ClassCanceled, Error: abortReason, At: end}
 		} else {
 			c.State = StateSucceeded
+			t.events = append(t.events, ItemSucceeded{Pipeline: it.Pipeline, RunID: it.RunID, ItemID: it.ID,
+				EnqueuedAt: it.EnqueuedAt, At: end})
 		}
 	default:
 		msg := errorMessage(err)
@@ -52,11 +58,13 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 		if waits == 0 {
 			waits = retry.DefaultMaxRateLimitWaits
 		}
+		rateLimited := o.Class == retry.ClassRateLimited
+		counts := t.stage >= 0 && t.pipeline.Stages[t.stage].CountRateLimitWaits
 		switch {
 		case o.Class == retry.ClassFinal:
 			rec.Outcome = OutcomeDead
 			c.Attempt = number
-		case o.Class == retry.ClassRateLimited && it.RateLimitWaits < waits:
+		case rateLimited && !counts && it.RateLimitWaits < waits:
 			rec.Outcome = OutcomeRateLimited
 			rec.Number = number // recorded, but the counter does not move
 			rec.Delay = p.RateLimitDelay(o.RetryAfter, max(it.Attempt, 1))
@@ -70,10 +78,24 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 		case number < p.Attempts():
 			rec.Outcome = OutcomeRetry
 			rec.Delay = p.Delay(number)
+			if rateLimited {
+				// A rate-limited failure that uses up an attempt still
+				// waits as long as the dependency asked.
+				rec.Delay = p.RateLimitDelay(o.RetryAfter, number)
+			}
 			c.Attempt = number
 		default:
 			rec.Outcome = OutcomeDead
 			c.Attempt = number
+		}
+		capReached := false
+		if c.Attempt == number {
+			// The attempt used up one of its stage's: it is one of the
+			// item's attempts of the whole pipeline.
+			c.FailedAttempts = it.FailedAttempts + 1
+			if n := t.pipeline.maxAttempts(); n > 0 && c.FailedAttempts >= n && rec.Outcome != OutcomeDead {
+				rec.Outcome, rec.Delay, capReached = OutcomeDead, 0, true
+			}
 		}
 		if errors.Is(err, errLost) && rec.Outcome != OutcomeDead {
 			rec.Outcome = OutcomeLost
@@ -85,7 +107,11 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 			if errors.Is(err, errLost) {
 				rec.Outcome = OutcomeLost
 			}
-			c.Reason = &Reason{Stage: it.Stage, Class: class, Error: msg, Attempts: c.Attempt, At: end}
+			reason := msg
+			if capReached {
+				reason = fmt.Sprintf("attempt cap of %d across stages reached: %s", c.FailedAttempts, msg)
+			}
+			c.Reason = &Reason{Stage: it.Stage, Class: class, Error: reason, Attempts: c.Attempt, At: end}
 			t.events = append(t.events, DeadLettered{Pipeline: it.Pipeline, RunID: it.RunID, ItemID: it.ID, Reason: *c.Reason})
 		case aborted:
 			c.State = StateCanceled
@@ -102,6 +128,14 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 	c.Record = rec
 	t.comp = c
 	t.events = append([]Event{finished}, t.events...)
+}
+
+// maxAttempts is p.MaxAttempts, or 0 (no cap) for an unknown pipeline.
+func (p *Pipeline) maxAttempts() int {
+	if p == nil {
+		return 0
+	}
+	return p.MaxAttempts
 }
 
 // maxErrorLen bounds a stored error message.

@@ -11,7 +11,7 @@ import (
 // and safe for concurrent use: the metrics package and the slog logger are.
 //
 // The concrete types are AttemptFinished, RetryScheduled, DeadLettered,
-// Rescued, RunFinished, BreakerChanged and Redriven.
+// ItemSucceeded, Rescued, RunFinished, BreakerChanged and Redriven.
 type Event interface{ isEvent() }
 
 // AttemptFinished is sent for every recorded attempt.
@@ -49,6 +49,23 @@ type DeadLettered struct {
 	Reason   Reason
 }
 
+// ItemSucceeded is sent when an item's last stage succeeded, after its
+// AttemptFinished. EnqueuedAt is when the item was enqueued (a redriven item
+// keeps its first enqueue time), At when the last attempt finished, both by
+// the clock of the engine that recorded them; At minus EnqueuedAt is the
+// item's time to success, which ADR-0010 asks to monitor.
+type ItemSucceeded struct {
+	Pipeline   string
+	RunID      int64
+	ItemID     int64
+	EnqueuedAt time.Time
+	At         time.Time
+}
+
+// TimeToSuccess is how long the item took from enqueue to success, or 0
+// when the clocks disagree.
+func (e ItemSucceeded) TimeToSuccess() time.Duration { return max(e.At.Sub(e.EnqueuedAt), 0) }
+
 // Rescued is sent when the rescuer takes over an item whose lease expired.
 type Rescued struct {
 	Pipeline string
@@ -79,6 +96,7 @@ type Redriven struct {
 func (AttemptFinished) isEvent() {}
 func (RetryScheduled) isEvent()  {}
 func (DeadLettered) isEvent()    {}
+func (ItemSucceeded) isEvent()   {}
 func (Rescued) isEvent()         {}
 func (RunFinished) isEvent()     {}
 func (BreakerChanged) isEvent()  {}

@@ -42,12 +42,36 @@ type Stage struct {
 	// burns attempts nor fills the dead-letter queue. Every attempt's
 	// result is recorded on it. Default nil: no breaker.
 	Breaker *retry.Breaker
+	// CountRateLimitWaits makes a rate-limited failure use up an attempt
+	// of the stage (and count towards Pipeline.MaxAttempts), as when a
+	// design counts HTTP 429 among its retriable errors (ADR-0010). The
+	// item still waits as long as the dependency asked (Retry-After,
+	// capped by Policy.MaxRateLimitWait). Default false: rate-limited
+	// waits use up no attempt, up to Policy.MaxRateLimitWaits of them,
+	// because a rate limit is the dependency's state, not the item's fault.
+	CountRateLimitWaits bool
 }
 
 // Pipeline is a named, ordered list of stages.
 type Pipeline struct {
-	Name   string
+	// Name names the pipeline in the store. Required.
+	Name string
+	// Stages are the pipeline's stages, in order. At least one.
 	Stages []Stage
+	// MaxAttempts caps an item's attempts of the whole pipeline, counted
+	// as ADR-0010 counts a job's across its steps: the first pass through
+	// the stages is attempt 1, and every failed stage attempt that uses up
+	// an attempt of its stage starts the next (the retry resumes at the
+	// stage that failed; a success moves on within the same attempt). The
+	// failure that would start attempt MaxAttempts + 1 makes the item dead
+	// with the reason "attempt cap of N across stages reached", even when
+	// the failing stage's own policy allows more. Item.FailedAttempts holds
+	// the count; a redrive resets it. Default 0: no cap beyond each
+	// stage's policy.
+	MaxAttempts int
+
+	// hashes caches Stages[i].ConfigHash(), set by Client.Register.
+	hashes []string
 }
 
 // ErrInvalidPipeline is wrapped by the errors of Pipeline.Validate.
@@ -60,6 +84,9 @@ func (p Pipeline) Validate() error {
 	}
 	if len(p.Stages) == 0 {
 		return fmt.Errorf("%w: pipeline %q has no stages", ErrInvalidPipeline, p.Name)
+	}
+	if p.MaxAttempts < 0 {
+		return fmt.Errorf("%w: pipeline %q: MaxAttempts %d is negative (0 means no cap across stages)", ErrInvalidPipeline, p.Name, p.MaxAttempts)
 	}
 	seen := make(map[string]bool, len(p.Stages))
 	for i, s := range p.Stages {
@@ -81,6 +108,18 @@ func (p Pipeline) Validate() error {
 		}
 	}
 	return nil
+}
+
+// configHash returns the configuration hash of stage i, computed once at
+// Register.
+func (p *Pipeline) configHash(i int) string {
+	if i < 0 || i >= len(p.Stages) {
+		return ""
+	}
+	if i < len(p.hashes) {
+		return p.hashes[i]
+	}
+	return p.Stages[i].ConfigHash()
 }
 
 func (p Pipeline) stageIndex(name string) int {

@@ -85,7 +85,8 @@ type Store interface {
 
 	// Redrive sends the dead or canceled items selected by f (f.States must
 	// hold only those states; empty means dead) back to pending at the
-	// stage they stopped at, with a fresh attempt counter; history is kept.
+	// stage they stopped at, with fresh attempt counters (Attempt,
+	// RateLimitWaits and FailedAttempts back to 0); history is kept.
 	// Item i is due at now + i*interval. Runs that had finished reopen.
 	// Returns how many items it redrove.
 	Redrive(ctx context.Context, f ItemFilter, now time.Time, interval time.Duration) (int, error)
@@ -207,6 +208,9 @@ type Completion struct {
 	// Attempt is the item's attempt counter at its (possibly new) stage.
 	Attempt        int
 	RateLimitWaits int
+	// FailedAttempts is the item's count of failed attempts over all its
+	// stages (Item.FailedAttempts).
+	FailedAttempts int
 	// NextAt is when a pending item is due.
 	NextAt time.Time
 	// Payload replaces the item's payload when not nil.

@@ -95,6 +95,13 @@ type Item struct {
 	Attempt int `json:"attempt"`
 	// RateLimitWaits counts the rate-limited waits at the current stage.
 	RateLimitWaits int `json:"rate_limit_waits,omitempty"`
+	// FailedAttempts counts the item's failed attempts over all its stages
+	// that used up an attempt of their stage: rate-limited waits that do
+	// not (see Stage.CountRateLimitWaits) and failed probes of a half-open
+	// breaker are not counted. The item's attempt of the whole pipeline,
+	// as ADR-0010 counts a job's, is FailedAttempts + 1; Pipeline.MaxAttempts
+	// caps it. A redrive sets it back to 0.
+	FailedAttempts int `json:"failed_attempts,omitempty"`
 	// Payload is the input of the current stage: the original input for
 	// the first stage, the previous stage's output after that, and the last
 	// stage's output once the item succeeded.
@@ -127,6 +134,11 @@ type Attempt struct {
 	FinishedAt time.Time `json:"finished_at"`
 	// Delay is the wait chosen after this attempt before the next one.
 	Delay time.Duration `json:"delay"`
+	// ConfigHash is the hash of the stage's configuration that made the
+	// attempt (Stage.ConfigHash), so that a change of policy shows in the
+	// history. Empty for attempts recorded before hashes were, or of a
+	// stage the recording process does not know.
+	ConfigHash string `json:"config_hash,omitempty"`
 }
 
 // Counts are the items of a run by state. Total always equals the sum of

@@ -16,7 +16,8 @@ import (
 const itemCols = `id, run_id, pipeline, coalesce(key, ''), stage, stage_index, state, priority,
 	attempt, rate_limit_waits, payload, input, enqueued_at, next_at, lease_owner,
 	lease_expires_at, updated_at, reason_stage, reason_class, reason_error,
-	reason_attempts, reason_at, lease_token`
+	reason_attempts, reason_at, lease_token,
+	failed_attempts`
 
 // scanItem reads the columns of itemCols.
 func scanItem(row pgx.Row) (redrive.Item, int64, error) {
@@ -27,16 +28,19 @@ func scanItem(row pgx.Row) (redrive.Item, int64, error) {
 		rStage, rClass, rErr       *string
 		rAttempts                  *int32
 		stageIndex, prio, att, rlw int32
+		failed                     int32
 		token                      int64
 	)
 	err := row.Scan(&it.ID, &it.RunID, &it.Pipeline, &it.Key, &it.Stage, &stageIndex, &state, &prio,
 		&att, &rlw, &it.Payload, &it.Input, &it.EnqueuedAt, &it.NextAt, &it.LeaseOwner,
-		&leaseExp, &it.UpdatedAt, &rStage, &rClass, &rErr, &rAttempts, &rAt, &token)
+		&leaseExp, &it.UpdatedAt, &rStage, &rClass, &rErr, &rAttempts, &rAt, &token,
+		&failed)
 	if err != nil {
 		return it, 0, err
 	}
 	it.State = redrive.State(state)
 	it.StageIndex, it.Priority, it.Attempt, it.RateLimitWaits = int(stageIndex), int(prio), int(att), int(rlw)
+	it.FailedAttempts = int(failed)
 	it.EnqueuedAt = it.EnqueuedAt.UTC()
 	it.NextAt = it.NextAt.UTC()
 	it.UpdatedAt = it.UpdatedAt.UTC()

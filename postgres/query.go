@@ -55,7 +55,7 @@ func (s *Store) ListItems(ctx context.Context, f redrive.ItemFilter) ([]redrive.
 // Attempts returns the attempts of an item in the order they were recorded.
 func (s *Store) Attempts(ctx context.Context, itemID int64) ([]redrive.Attempt, error) {
 	rows, err := s.pool.Query(ctx, `SELECT id, item_id, run_id, pipeline, stage, stage_index, number,
-		outcome, class, error, started_at, finished_at, delay_ns FROM `+s.q+`.attempts WHERE item_id = $1 ORDER BY id`, itemID)
+		outcome, class, error, started_at, finished_at, delay_ns, config_hash FROM `+s.q+`.attempts WHERE item_id = $1 ORDER BY id`, itemID)
 	if err != nil {
 		return nil, s.fail("attempts", err)
 	}
@@ -69,7 +69,7 @@ func (s *Store) Attempts(ctx context.Context, itemID int64) ([]redrive.Attempt, 
 			delay    int64
 		)
 		if err := rows.Scan(&a.ID, &a.ItemID, &a.RunID, &a.Pipeline, &a.Stage, &idx, &num,
-			&outcome, &a.Class, &a.Error, &a.StartedAt, &a.FinishedAt, &delay); err != nil {
+			&outcome, &a.Class, &a.Error, &a.StartedAt, &a.FinishedAt, &delay, &a.ConfigHash); err != nil {
 			return nil, s.fail("attempts", err)
 		}
 		a.StageIndex, a.Number = int(idx), int(num)
@@ -268,7 +268,7 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 		SELECT id FROM ` + s.q + `.items WHERE ` + itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE),
 	num AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS n FROM sel),
 	upd AS (
-		UPDATE ` + s.q + `.items i SET state = 'pending', attempt = 0, rate_limit_waits = 0,
+		UPDATE ` + s.q + `.items i SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
 			next_at = ` + nowP + `::timestamptz + (num.n * ` + ivP + `::bigint) * interval '1 microsecond',
 			updated_at = ` + nowP + `, lease_owner = '', lease_expires_at = NULL,
 			reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL

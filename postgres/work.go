@@ -374,6 +374,8 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 		aItems, aRuns                             []int64
 		aPipelines                                []string
 		rHas                                      []bool
+		failed                                    []int32
+		aHashes                                   []string
 	)
 	for i := range cs {
 		c := &cs[i]
@@ -418,6 +420,8 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 		aStarted = append(aStarted, rec.StartedAt)
 		aFinished = append(aFinished, rec.FinishedAt)
 		delays = append(delays, int64(rec.Delay))
+		failed = append(failed, int32(c.FailedAttempts))
+		aHashes = append(aHashes, rec.ConfigHash)
 	}
 	// Fencing is by token: an item's token is odd exactly while it is
 	// running (Claim and every way out of running, Complete and Release,
@@ -440,28 +444,31 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 			reason_class = CASE WHEN u.r_has THEN u.r_class END,
 			reason_error = CASE WHEN u.r_has THEN u.r_error END,
 			reason_attempts = CASE WHEN u.r_has THEN u.r_attempts END,
-			reason_at = CASE WHEN u.r_has THEN u.r_at END
+			reason_at = CASE WHEN u.r_has THEN u.r_at END,
+			failed_attempts = u.failed
 		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::int[], $7::int[],
 			$8::timestamptz[], $9::bytea[], $10::timestamptz[], $11::bool[], $12::text[], $13::text[], $14::text[],
 			$15::int[], $16::timestamptz[], $17::text[], $18::int[], $19::int[], $20::text[], $21::text[], $22::text[],
-			$23::timestamptz[], $24::timestamptz[], $25::bigint[], $26::bigint[], $27::bigint[], $28::text[]) WITH ORDINALITY
+			$23::timestamptz[], $24::timestamptz[], $25::bigint[], $26::bigint[], $27::bigint[], $28::text[],
+			$29::int[], $30::text[]) WITH ORDINALITY
 		AS u(id, token, state, stage_index, stage, attempt, rlw, next_at, payload, now, r_has, r_stage, r_class, r_error,
 			r_attempts, r_at, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error, a_started, a_finished, a_delay,
-			a_item, a_run, a_pipeline, ord)
+			a_item, a_run, a_pipeline, failed, a_hash, ord)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1
 			AND `+lockedFirst+`
 		RETURNING i.id, u.token, u.ord, coalesce(nullif(u.a_item, 0), i.id) AS a_item, coalesce(nullif(u.a_run, 0), i.run_id) AS a_run,
 			coalesce(nullif(u.a_pipeline, ''), i.pipeline) AS a_pipeline, u.a_stage, u.a_stage_index, u.a_number, u.a_outcome,
-			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay),
+			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay, u.a_hash),
 	ins AS (
 		INSERT INTO `+s.q+`.attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class, error,
-			started_at, finished_at, delay_ns)
+			started_at, finished_at, delay_ns, config_hash)
 		SELECT a_item, a_run, a_pipeline, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error,
-			a_started, a_finished, a_delay
+			a_started, a_finished, a_delay, a_hash
 		FROM upd ORDER BY ord)
 	SELECT id, token FROM upd`,
 		ids, tokens, states, stageIdx, stages, attempts, rlws, nextAts, payloads, nows, rHas, rStages, rClasses, rErrs,
-		rAttempts, rAts, aStages, aIdx, aNumbers, aOutcomes, aClasses, aErrs, aStarted, aFinished, delays, aItems, aRuns, aPipelines)
+		rAttempts, rAts, aStages, aIdx, aNumbers, aOutcomes, aClasses, aErrs, aStarted, aFinished, delays, aItems, aRuns, aPipelines,
+		failed, aHashes)
 	if err != nil {
 		return nil, s.fail("complete", err)
 	}

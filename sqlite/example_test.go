@@ -101,5 +101,6 @@ func ExampleStore_MigrationStatus() {
 	}
 	// Output:
 	// 0001 init applied: true
+	// 0002 seeds applied: true
 	// 0003 ops applied: true
 }

@@ -14,7 +14,8 @@ import (
 
 const itemCols = `id, run_id, pipeline, key, stage, stage_index, state, priority, attempt, rate_limit_waits,
 	payload, input, enqueued_at, next_at, lease_token, lease_owner, lease_expires_at, updated_at,
-	reason_stage, reason_class, reason_error, reason_attempts, reason_at`
+	reason_stage, reason_class, reason_error, reason_attempts, reason_at,
+	failed_attempts`
 
 // scanItem scans itemCols and returns the item and its lease token.
 func scanItem(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
@@ -29,7 +30,8 @@ func scanItem(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
 	)
 	err := sc.Scan(&it.ID, &it.RunID, &it.Pipeline, &key, &it.Stage, &it.StageIndex, &state, &it.Priority,
 		&it.Attempt, &it.RateLimitWaits, &it.Payload, &it.Input, &enq, &next, &token, &owner, &leaseExp, &upd,
-		&rStage, &rClass, &rError, &rAttempts, &rAt)
+		&rStage, &rClass, &rError, &rAttempts, &rAt,
+		&it.FailedAttempts)
 	if err != nil {
 		return it, 0, err
 	}
@@ -399,13 +401,13 @@ func completeSQL(n int) string {
 		payload = CASE WHEN v.column9 THEN v.column10 ELSE items.payload END,
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = v.column11,
 		reason_stage = v.column12, reason_class = v.column13, reason_error = v.column14,
-		reason_attempts = v.column15, reason_at = v.column16
+		reason_attempts = v.column15, reason_at = v.column16, failed_attempts = v.column17
 		FROM (VALUES `)
 	for i := range n {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	}
 	q.WriteString(`) AS v WHERE items.id = v.column1 AND items.lease_token = v.column2 AND items.state = 'running'
 		RETURNING items.id, items.run_id, items.pipeline`)
@@ -415,14 +417,14 @@ func completeSQL(n int) string {
 func attemptsSQL(n int) string {
 	var q strings.Builder
 	q.WriteString(`INSERT INTO attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class,
-		error, started_at, finished_at, delay_ns)
+		error, started_at, finished_at, delay_ns, config_hash)
 		SELECT column1, column2, column3, column4, column5, column6, column7, column8, column9, column10,
-			column11, column12 FROM (VALUES `)
+			column11, column12, column13 FROM (VALUES `)
 	for i := range n {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	}
 	q.WriteString(`) WHERE column1 IS NOT NULL`)
 	return q.String()
@@ -446,7 +448,7 @@ func hasDuplicate(cs []redrive.Completion) bool {
 // sizes stay prepared.
 func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []redrive.Completion, applied []bool) error {
 	n := bucket(len(cs))
-	args := make([]any, 0, 16*n)
+	args := make([]any, 0, 17*n)
 	for _, c := range cs {
 		var next any
 		if c.State == redrive.StatePending {
@@ -466,10 +468,10 @@ func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []red
 			replace = 1
 		}
 		args = append(args, c.ItemID, c.Token, string(c.State), c.Stage, c.StageIndex, c.Attempt, c.RateLimitWaits,
-			next, replace, blob(c.Payload), tnz(c.Now), rStage, rClass, rError, rAttempts, rAt)
+			next, replace, blob(c.Payload), tnz(c.Now), rStage, rClass, rError, rAttempts, rAt, c.FailedAttempts)
 	}
 	for range n - len(cs) {
-		args = append(args, 0, 0, "", "", 0, 0, 0, nil, 0, nil, 0, nil, nil, nil, nil, nil)
+		args = append(args, 0, 0, "", "", 0, 0, 0, nil, 0, nil, 0, nil, nil, nil, nil, nil, 0)
 	}
 	rows, err := tx.StmtContext(ctx, upd).QueryContext(ctx, args...)
 	if err != nil {
@@ -514,10 +516,10 @@ func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []red
 			a.Pipeline = o.pipeline
 		}
 		args = append(args, a.ItemID, a.RunID, a.Pipeline, a.Stage, a.StageIndex, a.Number, string(a.Outcome),
-			a.Class, a.Error, tn(a.StartedAt), tn(a.FinishedAt), int64(a.Delay))
+			a.Class, a.Error, tn(a.StartedAt), tn(a.FinishedAt), int64(a.Delay), a.ConfigHash)
 	}
 	for range n - len(done) {
-		args = append(args, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil)
+		args = append(args, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil)
 	}
 	if _, err := tx.StmtContext(ctx, ins).ExecContext(ctx, args...); err != nil {
 		return fmt.Errorf("record attempts: %w", err)

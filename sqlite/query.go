@@ -136,7 +136,7 @@ func (s *Store) ListItems(ctx context.Context, f redrive.ItemFilter) ([]redrive.
 // Attempts returns the attempts of an item in the order they were recorded.
 func (s *Store) Attempts(ctx context.Context, itemID int64) ([]redrive.Attempt, error) {
 	rows, err := s.r.QueryContext(ctx, `SELECT id, item_id, run_id, pipeline, stage, stage_index, number,
-		outcome, class, error, started_at, finished_at, delay_ns FROM attempts WHERE item_id = ? ORDER BY id`, itemID)
+		outcome, class, error, started_at, finished_at, delay_ns, config_hash FROM attempts WHERE item_id = ? ORDER BY id`, itemID)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: attempts: %w", err)
 	}
@@ -150,7 +150,7 @@ func (s *Store) Attempts(ctx context.Context, itemID int64) ([]redrive.Attempt, 
 			delay             int64
 		)
 		if err := rows.Scan(&a.ID, &a.ItemID, &a.RunID, &a.Pipeline, &a.Stage, &a.StageIndex, &a.Number,
-			&outcome, &a.Class, &a.Error, &started, &finished, &delay); err != nil {
+			&outcome, &a.Class, &a.Error, &started, &finished, &delay, &a.ConfigHash); err != nil {
 			return nil, fmt.Errorf("sqlite: attempts: %w", err)
 		}
 		a.Outcome = redrive.Outcome(outcome)
@@ -374,7 +374,7 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 		if err := rows.Err(); err != nil {
 			return err
 		}
-		upd, err := tx.PrepareContext(ctx, `UPDATE items SET state = 'pending', attempt = 0, rate_limit_waits = 0,
+		upd, err := tx.PrepareContext(ctx, `UPDATE items SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
 			next_at = ?, updated_at = ?, lease_owner = NULL, lease_expires_at = NULL,
 			reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
 			WHERE id = ?`)

@@ -1,0 +1,86 @@
+package redrive
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"reflect"
+	"runtime"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redrive/redrive/retry"
+)
+
+// ConfigHash returns a stable hash of the stage's configuration: its name,
+// the fields of its Policy that a durable stage applies (attempts, backoff,
+// delays, jitter, rate-limit waits and the classifier), Timeout,
+// Concurrency, CountRateLimitWaits and whether it has a Breaker. The engine
+// records it with every attempt (Attempt.ConfigHash), as ADR-003 records a
+// stage_config_hash in stages_applied, so that the attempts made after a
+// policy change can be told from those made before.
+//
+// The hash is 16 hex digits (64 bits of SHA-256) of a canonical text of
+// those fields, written in a fixed order: the same configuration gives the
+// same hash in every process and after restarts, whatever the build. Fields
+// are taken as written, not with defaults applied (MaxAttempts 0 and 3 hash
+// differently). A classifier is identified by its function's name, so
+// DefaultClassifier and a named function of your own are told apart, but
+// two closures made by one constructor (two retry.Chain results) are not.
+// The handler and the breaker's thresholds are not part of it: the hash
+// describes the stage's settings, not its code or the breaker's state.
+func (s Stage) ConfigHash() string {
+	var c configText
+	c.str("stage.name", s.Name)
+	c.dur("stage.timeout", s.Timeout)
+	c.int("stage.concurrency", s.Concurrency)
+	c.bool("stage.count_rate_limit_waits", s.CountRateLimitWaits)
+	c.bool("stage.breaker", s.Breaker != nil)
+	p := s.Policy
+	c.int("policy.max_attempts", p.MaxAttempts)
+	c.str("policy.backoff", p.Backoff.String())
+	c.dur("policy.base_delay", p.BaseDelay)
+	c.float("policy.multiplier", p.Multiplier)
+	c.dur("policy.max_delay", p.MaxDelay)
+	c.float("policy.jitter", p.Jitter)
+	c.str("policy.jitter_mode", p.JitterMode.String())
+	c.dur("policy.max_rate_limit_wait", p.MaxRateLimitWait)
+	c.int("policy.max_rate_limit_waits", p.MaxRateLimitWaits)
+	c.str("policy.classifier", funcName(p.Classifier))
+	sum := sha256.Sum256([]byte(c.b.String()))
+	return hex.EncodeToString(sum[:8])
+}
+
+// configText is the canonical text ConfigHash hashes: one "key=value" line
+// per field, in the order written. A field added to Stage or to the durable
+// part of retry.Policy takes one more line in ConfigHash (a test fails
+// until it does); values are quoted so that no value can fake a line.
+type configText struct{ b strings.Builder }
+
+func (c *configText) field(k, v string) {
+	c.b.WriteString(k)
+	c.b.WriteByte('=')
+	c.b.WriteString(v)
+	c.b.WriteByte('\n')
+}
+
+func (c *configText) str(k, v string)               { c.field(k, strconv.Quote(v)) }
+func (c *configText) int(k string, v int)           { c.field(k, strconv.Itoa(v)) }
+func (c *configText) bool(k string, v bool)         { c.field(k, strconv.FormatBool(v)) }
+func (c *configText) dur(k string, v time.Duration) { c.field(k, strconv.FormatInt(int64(v), 10)) }
+func (c *configText) float(k string, v float64) {
+	c.field(k, strconv.FormatFloat(v, 'g', -1, 64))
+}
+
+// funcName identifies a classifier by its function's name, which, unlike
+// its address, is the same in every process of every build; "" for nil.
+func funcName(f retry.Classifier) string {
+	if f == nil {
+		return ""
+	}
+	fn := runtime.FuncForPC(reflect.ValueOf(f).Pointer())
+	if fn == nil {
+		return "?"
+	}
+	return fn.Name()
+}
