@@ -117,6 +117,7 @@ const (
 	nameBudgetRatio     = "retry_budget_retry_ratio"
 	nameStoreErrors     = "metrics_store_errors_total"
 	nameRefreshDuration = "metrics_refresh_duration_seconds"
+	nameTimeToSuccess   = "item_time_to_success_seconds"
 )
 
 var allNames = []string{
@@ -124,7 +125,7 @@ var allNames = []string{
 	nameRescued, nameRunsFinished, nameStageDuration, nameRetryDelay,
 	nameBreakerState, nameItems, nameItemsStuck, nameOldestDueAge,
 	nameBudgetRequests, nameBudgetRetries, nameBudgetRatio,
-	nameStoreErrors, nameRefreshDuration,
+	nameStoreErrors, nameRefreshDuration, nameTimeToSuccess,
 }
 
 // Names returns the names of every metric a Metrics exports with the
@@ -146,6 +147,15 @@ func Names() []string {
 var DurationBuckets = []float64{
 	0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5,
 	1, 2.5, 5, 10, 30, 60, 120, 300, 600, 1800, 3600,
+}
+
+// TimeToSuccessBuckets are the histogram buckets, in seconds, of
+// redrive_item_time_to_success_seconds: from 100 ms to 1 day, dense enough
+// in seconds for items that pass at once and in hours for items that waited
+// out long backoffs (ADR-0010's 30 s, 120 s and 480 s) or a redrive.
+var TimeToSuccessBuckets = []float64{
+	0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300, 600, 900, 1800,
+	3600, 2 * 3600, 4 * 3600, 8 * 3600, 24 * 3600,
 }
 
 // Breaker state values of redrive_breaker_state.
@@ -177,6 +187,7 @@ type Metrics struct {
 	runsFinished  *prometheus.CounterVec
 	stageDuration *prometheus.HistogramVec
 	retryDelay    *prometheus.HistogramVec
+	timeToSuccess *prometheus.HistogramVec
 	breakerState  *prometheus.GaugeVec
 	storeErrors   prometheus.Counter
 
@@ -193,6 +204,7 @@ type Metrics struct {
 	deadChildren    cache[deadKey, prometheus.Counter]
 	runChildren     cache[stageKey, prometheus.Counter] // {pipeline, status}
 	breakers        cache[stageKey, prometheus.Gauge]
+	successChildren cache[string, prometheus.Observer] // {pipeline}
 
 	refreshMu sync.Mutex // serializes refreshes; guards the fields below
 	cached    []prometheus.Metric
@@ -272,6 +284,11 @@ func New(store redrive.Store, opts Options) *Metrics {
 		Help:    "Delay chosen before a scheduled retry (backoff or Retry-After).",
 		Buckets: DurationBuckets,
 	}, []string{"pipeline", "stage"})
+	m.timeToSuccess = prometheus.NewHistogramVec(prometheus.HistogramOpts{
+		Namespace: ns, Name: nameTimeToSuccess,
+		Help:    "Time from an item's enqueue to its success (a redriven item keeps its first enqueue time).",
+		Buckets: TimeToSuccessBuckets,
+	}, []string{"pipeline"})
 	m.breakerState = prometheus.NewGaugeVec(prometheus.GaugeOpts{
 		Namespace: ns, Name: nameBreakerState,
 		Help: "State of a stage's circuit breaker as last reported to this process: 0 closed, 1 half-open, 2 open.",
@@ -329,6 +346,9 @@ func New(store redrive.Store, opts Options) *Metrics {
 	}
 	m.breakers.make = func(k stageKey) prometheus.Gauge {
 		return m.breakerState.WithLabelValues(k.pipeline, k.stage)
+	}
+	m.successChildren.make = func(p string) prometheus.Observer {
+		return m.timeToSuccess.WithLabelValues(p)
 	}
 	m.deadChildren.make = func(k deadKey) prometheus.Counter {
 		return m.deadLettered.WithLabelValues(k.pipeline, k.stage, k.class)
@@ -390,6 +410,10 @@ func (m *Metrics) Observe(ev redrive.Event) {
 		m.stageChildren.get(stageKey{e.Pipeline, e.Reason.Stage})
 		m.deadChildren.get(deadKey{e.Pipeline, e.Reason.Stage, e.Reason.Class}).Inc()
 	case *redrive.DeadLettered:
+		m.Observe(*e)
+	case redrive.ItemSucceeded:
+		m.successChildren.get(e.Pipeline).Observe(e.TimeToSuccess().Seconds())
+	case *redrive.ItemSucceeded:
 		m.Observe(*e)
 	case redrive.Rescued:
 		m.stageChildren.get(stageKey{e.Pipeline, e.Stage}).rescued.Inc()
@@ -465,6 +489,7 @@ func (m *Metrics) eventCollectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.attempts, m.retries, m.rateLimited, m.deadLettered, m.redriven,
 		m.rescued, m.runsFinished, m.stageDuration, m.retryDelay, m.breakerState,
+		m.timeToSuccess,
 	}
 }
 

@@ -456,6 +456,7 @@ func TestNames(t *testing.T) {
 		redrive.RunFinished{Run: redrive.Run{Pipeline: "p", Status: redrive.RunAborted}},
 		redrive.BreakerChanged{Pipeline: "p", Stage: "s", To: retry.BreakerOpen},
 		redrive.Redriven{Count: 1},
+		redrive.ItemSucceeded{Pipeline: "p", EnqueuedAt: time.Unix(0, 0), At: time.Unix(3, 0)},
 	} {
 		m.Observe(ev)
 	}
@@ -515,6 +516,7 @@ func TestObserveDoesNotAllocate(t *testing.T) {
 		redrive.RetryScheduled{Pipeline: "p", Stage: "s", Delay: time.Second},
 		redrive.DeadLettered{Pipeline: "p", Reason: redrive.Reason{Stage: "s", Class: "final"}},
 		redrive.Rescued{Pipeline: "p", Stage: "s"},
+		redrive.ItemSucceeded{Pipeline: "p", EnqueuedAt: time.Unix(0, 0), At: time.Unix(3, 0)},
 	}
 	for _, ev := range evs {
 		m.Observe(ev)
