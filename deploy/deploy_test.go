@@ -237,7 +237,8 @@ func TestDashboard(t *testing.T) {
 	}
 	walk(d.Panels)
 	for _, want := range []string{"redrive_items", "redrive_attempts_total", "redrive_dead_lettered_total",
-		"redrive_retry_delay_seconds_bucket", "redrive_stage_duration_seconds_bucket", "redrive_breaker_state"} {
+		"redrive_retry_delay_seconds_bucket", "redrive_stage_duration_seconds_bucket", "redrive_breaker_state",
+		"redrive_item_time_to_success_seconds_bucket"} {
 		if !queried[want] {
 			t.Errorf("no dashboard panel queries %s", want)
 		}
