@@ -271,8 +271,9 @@ func newItemsShowCmd() *cobra.Command {
 		Use:   "show ID",
 		Short: "Show one item and its attempt timeline",
 		Long: `Show one item and its attempt timeline: for each attempt its stage, number,
-outcome, error class and message, start time, duration and the delay chosen
-after it before the next attempt.`,
+outcome, error class and message, start time, duration, the delay chosen
+after it before the next attempt, and the hash of the stage configuration
+that made it (CONFIG: the attempts after a policy change show a new hash).`,
 		Args: oneID("item"),
 	}
 	asJSON := addJSONFlag(cmd)
@@ -333,6 +334,9 @@ func showItem(cmd *cobra.Command, s redrive.Store, id int64, asJSON bool, states
 	if it.RateLimitWaits > 0 {
 		pairs = append(pairs, "Rate-limit waits", it.RateLimitWaits)
 	}
+	if it.FailedAttempts > 0 {
+		pairs = append(pairs, "Failed attempts", fmt.Sprintf("%d over all stages", it.FailedAttempts))
+	}
 	if r := it.Reason; r != nil {
 		pairs = append(pairs, "Reason", fmt.Sprintf("%s at stage %s after %s, %s", r.Class, r.Stage, plural(r.Attempts, "attempt"), fmtTime(r.At)),
 			"Error", cell(r.Error))
@@ -345,13 +349,13 @@ func showItem(cmd *cobra.Command, s redrive.Store, id int64, asJSON bool, states
 		fmt.Fprintln(w, noAttempts(it))
 		return nil
 	}
-	t := newTable(w, "#", "STAGE", "ATTEMPT", "OUTCOME", "CLASS", "STARTED", "DURATION", "DELAY AFTER", "ERROR")
+	t := newTable(w, "#", "STAGE", "ATTEMPT", "OUTCOME", "CLASS", "STARTED", "DURATION", "DELAY AFTER", "CONFIG", "ERROR")
 	for i, a := range atts {
 		dur := time.Duration(0)
 		if !a.FinishedAt.IsZero() && !a.StartedAt.IsZero() {
 			dur = a.FinishedAt.Sub(a.StartedAt)
 		}
-		t.row(i+1, a.Stage, a.Number, a.Outcome, a.Class, fmtTime(a.StartedAt), fmtDur(dur), fmtDur(a.Delay), a.Error)
+		t.row(i+1, a.Stage, a.Number, a.Outcome, a.Class, fmtTime(a.StartedAt), fmtDur(dur), fmtDur(a.Delay), cell(a.ConfigHash), a.Error)
 	}
 	return t.flush()
 }

@@ -235,7 +235,8 @@ func seed(t *testing.T, s redrive.Store) *fixture {
 			stages := stagesOf[it.Pipeline]
 			rec := redrive.Attempt{ItemID: it.ID, RunID: it.RunID, Pipeline: it.Pipeline, Stage: it.Stage, StageIndex: it.StageIndex,
 				Number: it.Attempt + 1, Outcome: st.outcome, Class: st.class, Error: st.err,
-				StartedAt: now, FinishedAt: now.Add(150 * time.Millisecond), Delay: st.delay}
+				StartedAt: now, FinishedAt: now.Add(150 * time.Millisecond), Delay: st.delay,
+				ConfigHash: redrive.Stage{Name: it.Stage}.ConfigHash()}
 			c := redrive.Completion{ItemID: it.ID, Token: l.Token, Stage: it.Stage, StageIndex: it.StageIndex, Record: rec, Now: now.Add(150 * time.Millisecond)}
 			switch st.outcome {
 			case redrive.OutcomeSucceeded:

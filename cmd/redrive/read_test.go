@@ -197,8 +197,17 @@ func TestItems(t *testing.T) {
 			}
 		}
 	}
+	// Each attempt shows the hash of the stage configuration that made it.
+	for i, stage := range []string{"fetch", "extract", "extract", "extract"} {
+		if i < len(lines) && !strings.Contains(lines[i], redrive.Stage{Name: stage}.ConfigHash()) {
+			t.Errorf("timeline row %d does not show the %s stage's configuration hash: %q", i, stage, lines[i])
+		}
+	}
 	var d itemDetail
 	decodeJSON(t, mustRun(t, 0, f.args("items", "show", c, "--json")...), &d)
+	if len(d.Attempts) > 1 && d.Attempts[1].ConfigHash != (redrive.Stage{Name: "extract"}).ConfigHash() {
+		t.Errorf("items show --json: attempt 2 config_hash %q, want the extract stage's", d.Attempts[1].ConfigHash)
+	}
 	if d.Item.ID != f.ids["c"] || d.Item.Reason == nil || d.Item.Reason.Attempts != 3 || len(d.Attempts) != 4 {
 		t.Fatalf("items show --json: %+v", d)
 	}
