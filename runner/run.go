@@ -96,7 +96,7 @@ func InputHash(path string) (string, error) {
 // Pipeline builds the engine pipeline of a spec. It fails for a stage
 // without exec or http (a policy-only file).
 func (s *Spec) Pipeline() (redrive.Pipeline, error) {
-	p := redrive.Pipeline{Name: s.Name}
+	p := redrive.Pipeline{Name: s.Name, MaxAttempts: s.MaxAttempts}
 	for i := range s.Stages {
 		st := &s.Stages[i]
 		h, err := s.handler(st)
@@ -111,7 +111,8 @@ func (s *Spec) Pipeline() (redrive.Pipeline, error) {
 		if timeout == 0 {
 			timeout = DefaultStageTimeout
 		}
-		p.Stages = append(p.Stages, redrive.Stage{Name: st.Name, Handle: h, Policy: pol, Timeout: timeout, Concurrency: st.Concurrency})
+		p.Stages = append(p.Stages, redrive.Stage{Name: st.Name, Handle: h, Policy: pol, Timeout: timeout, Concurrency: st.Concurrency,
+			CountRateLimitWaits: st.Retry.CountRateLimitWaits})
 	}
 	if err := p.Validate(); err != nil {
 		return p, fmt.Errorf("%s: %w", s.File, err)

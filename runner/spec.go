@@ -36,6 +36,12 @@ type Spec struct {
 	// Workers is how many attempts run at once (the --workers flag wins).
 	// Default 8.
 	Workers int `yaml:"workers"`
+	// MaxAttempts caps each item's attempts across all stages, counted as
+	// ADR-0010 counts a job's (redrive.Pipeline.MaxAttempts): the first
+	// pass is attempt 1 and each failed stage attempt that uses up an
+	// attempt of its stage starts the next. Default 0: no cap beyond each
+	// stage's retry.max_attempts.
+	MaxAttempts int `yaml:"max_attempts"`
 	// Run holds the run options.
 	Run RunSpec `yaml:"run"`
 	// Stages are the pipeline's stages, in order. At least one.
@@ -177,6 +183,11 @@ type RetrySpec struct {
 	// MaxRateLimitWaits bounds the rate-limited waits that do not consume
 	// attempts. Default 10.
 	MaxRateLimitWaits int `yaml:"max_rate_limit_waits"`
+	// CountRateLimitWaits makes every rate-limited failure use up an
+	// attempt (and count towards the pipeline's max_attempts), still
+	// waiting as long as the dependency asked
+	// (redrive.Stage.CountRateLimitWaits). Default false.
+	CountRateLimitWaits bool `yaml:"count_rate_limit_waits"`
 
 	// Pos is where the mapping starts in the file (set by Parse).
 	Pos Pos `yaml:"-"`
@@ -277,6 +288,9 @@ func (s *Spec) validate() error {
 	}
 	if s.Workers < 0 {
 		return at(keyPos(s.Keys, "workers", s.Pos), "workers %d must not be negative", s.Workers)
+	}
+	if s.MaxAttempts < 0 {
+		return at(keyPos(s.Keys, "max_attempts", s.Pos), "max_attempts %d must not be negative (0 or unset means no cap across stages)", s.MaxAttempts)
 	}
 	if err := s.Run.validate(s.Pos); err != nil {
 		return err
@@ -409,6 +423,9 @@ func (r *RetrySpec) policy() (retry.Policy, error) {
 	}
 	if r.MaxRateLimitWaits < 0 {
 		return p, at(pos("max_rate_limit_waits"), "max_rate_limit_waits %d must not be negative", r.MaxRateLimitWaits)
+	}
+	if r.CountRateLimitWaits && r.MaxRateLimitWaits != 0 {
+		return p, at(pos("max_rate_limit_waits"), "max_rate_limit_waits counts the waits that use up no attempt; with count_rate_limit_waits every wait uses one up: remove one of them")
 	}
 	if err := p.Validate(); err != nil {
 		return p, at(r.Pos, "retry: %v", err)
