@@ -132,7 +132,8 @@ async function viewItem(id) {
     el("div", {}, el("b", {}, a.stage + " #" + a.number), " ", pill(a.outcome), a.class ? " " + a.class : ""),
     el("div", { class: "muted" }, time(a.started_at) + " · took " +
       ((new Date(a.finished_at) - new Date(a.started_at)) / 1000).toFixed(3) + " s" +
-      (a.delay ? " · next attempt after " + secs(a.delay) : "")),
+      (a.delay ? " · next attempt after " + secs(a.delay) : "") +
+      (a.config_hash ? " · config " + a.config_hash : "")),
     a.error ? el("div", { class: "error" }, a.error) : null));
   return [
     el("h1", {}, "Item #" + it.id + " ", pill(it.state)),
