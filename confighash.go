@@ -31,22 +31,22 @@ import (
 // describes the stage's settings, not its code or the breaker's state.
 func (s Stage) ConfigHash() string {
 	var c configText
-	c.str("stage.name", s.Name)
-	c.dur("stage.timeout", s.Timeout)
-	c.int("stage.concurrency", s.Concurrency)
-	c.bool("stage.count_rate_limit_waits", s.CountRateLimitWaits)
-	c.bool("stage.breaker", s.Breaker != nil)
+	c.text("stage.name", s.Name)
+	c.duration("stage.timeout", s.Timeout)
+	c.integer("stage.concurrency", s.Concurrency)
+	c.flag("stage.count_rate_limit_waits", s.CountRateLimitWaits)
+	c.flag("stage.breaker", s.Breaker != nil)
 	p := s.Policy
-	c.int("policy.max_attempts", p.MaxAttempts)
-	c.str("policy.backoff", p.Backoff.String())
-	c.dur("policy.base_delay", p.BaseDelay)
-	c.float("policy.multiplier", p.Multiplier)
-	c.dur("policy.max_delay", p.MaxDelay)
-	c.float("policy.jitter", p.Jitter)
-	c.str("policy.jitter_mode", p.JitterMode.String())
-	c.dur("policy.max_rate_limit_wait", p.MaxRateLimitWait)
-	c.int("policy.max_rate_limit_waits", p.MaxRateLimitWaits)
-	c.str("policy.classifier", funcName(p.Classifier))
+	c.integer("policy.max_attempts", p.MaxAttempts)
+	c.text("policy.backoff", p.Backoff.String())
+	c.duration("policy.base_delay", p.BaseDelay)
+	c.number("policy.multiplier", p.Multiplier)
+	c.duration("policy.max_delay", p.MaxDelay)
+	c.number("policy.jitter", p.Jitter)
+	c.text("policy.jitter_mode", p.JitterMode.String())
+	c.duration("policy.max_rate_limit_wait", p.MaxRateLimitWait)
+	c.integer("policy.max_rate_limit_waits", p.MaxRateLimitWaits)
+	c.text("policy.classifier", funcName(p.Classifier))
 	sum := sha256.Sum256([]byte(c.b.String()))
 	return hex.EncodeToString(sum[:8])
 }
@@ -64,11 +64,11 @@ func (c *configText) field(k, v string) {
 	c.b.WriteByte('\n')
 }
 
-func (c *configText) str(k, v string)               { c.field(k, strconv.Quote(v)) }
-func (c *configText) int(k string, v int)           { c.field(k, strconv.Itoa(v)) }
-func (c *configText) bool(k string, v bool)         { c.field(k, strconv.FormatBool(v)) }
-func (c *configText) dur(k string, v time.Duration) { c.field(k, strconv.FormatInt(int64(v), 10)) }
-func (c *configText) float(k string, v float64) {
+func (c *configText) text(k, v string)                   { c.field(k, strconv.Quote(v)) }
+func (c *configText) integer(k string, v int)            { c.field(k, strconv.Itoa(v)) }
+func (c *configText) flag(k string, v bool)              { c.field(k, strconv.FormatBool(v)) }
+func (c *configText) duration(k string, v time.Duration) { c.field(k, strconv.FormatInt(int64(v), 10)) }
+func (c *configText) number(k string, v float64) {
 	c.field(k, strconv.FormatFloat(v, 'g', -1, 64))
 }
 
