@@ -131,7 +131,7 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 		}
 		_, err = tx.Exec(ctx, `WITH u AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::bool[]) WITH ORDINALITY AS u(id, idx, keep, ord)),
 		upd AS (
-			UPDATE `+s.q+`.items i SET state = 'pending', attempt = 0, rate_limit_waits = 0,
+			UPDATE `+s.q+`.items i SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
 				stage = CASE WHEN u.keep THEN i.stage ELSE $4 END,
 				stage_index = u.idx,
 				payload = CASE WHEN u.keep THEN i.payload WHEN u.idx = 0 THEN i.input

@@ -157,7 +157,7 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 		runs := map[int64]bool{}
 		for i, t := range ts {
 			runs[t.run] = true
-			q := `UPDATE items SET state = 'pending', stage = ?, stage_index = ?, payload = ?, attempt = 0, rate_limit_waits = 0,
+			q := `UPDATE items SET state = 'pending', stage = ?, stage_index = ?, payload = ?, attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
 				next_at = ?, updated_at = ?, lease_owner = NULL, lease_expires_at = NULL,
 				reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
 				WHERE id = ?`

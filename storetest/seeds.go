@@ -111,4 +111,22 @@ func testSeeds(h *h) {
 	if as := h.attempts(ids[2]); len(as) != 1 {
 		h.Errorf("redrive changed the history: %d attempts", len(as))
 	}
+	// So does a redrive from a stage.
+	ls = h.claimAll("p", at(2*time.Hour))
+	if len(ls) != 1 || ls[0].Item.ID != ids[2] {
+		h.Fatalf("claimed %d items after the redrive, want item %d", len(ls), ids[2])
+	}
+	then := at(2*time.Hour + time.Second)
+	h.complete(redrive.Completion{ItemID: ids[2], Token: ls[0].Token, State: redrive.StateDead, Stage: "a",
+		Attempt: 1, FailedAttempts: 3, Now: then, Record: rec(ls[0], redrive.OutcomeDead, "")})
+	if n := h.item(ids[2]).FailedAttempts; n != 3 {
+		h.Fatalf("FailedAttempts %d after the second death, want 3", n)
+	}
+	n, err := h.s.RedriveFrom(h.ctx, redrive.RedriveFromRequest{Filter: redrive.ItemFilter{RunID: r.ID}, Stage: "a", Now: then})
+	if err != nil || n != 1 {
+		h.Fatalf("RedriveFrom = %d, %v; want 1", n, err)
+	}
+	if it := h.item(ids[2]); it.FailedAttempts != 0 || it.State != redrive.StatePending {
+		h.Errorf("item redriven from its stage: state %s, FailedAttempts %d; want pending, 0", it.State, it.FailedAttempts)
+	}
 }
