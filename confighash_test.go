@@ -76,6 +76,8 @@ var notHashed = map[string]string{
 	"Policy.OnRetry":     "a hook of retry.Do",
 	"Policy.OnGiveUp":    "a hook of retry.Do",
 	"Policy.Rand":        "a source of randomness, not a setting",
+	"Policy.Name":        "names an in-process layer in its errors; a stage is named by Stage.Name, which is hashed",
+	"Policy.Exhausted":   "tells an outer layer how to see this layer's exhaustion; a durable stage is the outermost layer",
 }
 
 // TestConfigHashCoversEveryField sets each field of Stage and of its
