@@ -91,6 +91,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"FilterValidate", testFilterValidate},
 		{"TimeRoundTrip", testTimeRoundTrip},
 		{"PurgeKeepsCounts", testPurgeKeepsCounts}, {"ErrorContainsIgnoresCase", testErrorContainsIgnoresCase}, {"RunSource", testRunSource}, {"Workers", testWorkers}, {"RedriveFromStage", testRedriveFromStage},
+		{"FilterIDs", testFilterIDs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
