@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strings"
 	"time"
@@ -162,7 +163,7 @@ func (s *server) items(raw []json.RawMessage, idem string) ([]redrive.NewItem, e
 			var te *json.UnmarshalTypeError
 			switch {
 			case errors.As(err, &te) && te.Field != "":
-				return nil, badField(field+"."+te.Field, "must be a JSON %s", te.Type)
+				return nil, badField(field+"."+te.Field, "must be a JSON %s, got a JSON %s", jsonKind(te.Type.Kind()), te.Value)
 			case errors.As(err, &te):
 				return nil, badField(field, "must be an object with an input, got a JSON %s", te.Value)
 			case strings.HasPrefix(err.Error(), "json: unknown field "):
@@ -202,6 +203,23 @@ func (s *server) items(raw []json.RawMessage, idem string) ([]redrive.NewItem, e
 		out[i] = newItem(it, orderAt)
 	}
 	return out, nil
+}
+
+// jsonKind names the JSON type a Go kind decodes from.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Slice:
+		return "array"
+	}
+	return "object"
 }
 
 // checkCallback accepts an absolute http or https URL without user
