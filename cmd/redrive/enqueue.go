@@ -1,7 +1,6 @@
 package main
 
 import (
-	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -75,7 +74,13 @@ and how many existed.`,
 				}
 				return err
 			}
-			return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+			ctx := cmd.Context()
+			s, closeStore, err := openStore(ctx, dbConfigFrom(ctx).URL)
+			if err != nil {
+				return err
+			}
+			defer closeStore()
+			return func() error {
 				now := time.Now()
 				run, _, err := s.CreateRun(ctx, name, redrive.RunOptions{Name: runName}, now)
 				if err != nil {
@@ -111,7 +116,7 @@ and how many existed.`,
 				_, err = fmt.Fprintf(out, "run %d (%s) of pipeline %s: %d items, %d new, %d existing, %d invalid (recorded dead)\n",
 					res.RunID, res.RunName, res.Pipeline, res.Items, res.Added, res.Existing, res.Invalid)
 				return err
-			})
+			}()
 		},
 	}
 	f := cmd.Flags()
