@@ -81,8 +81,8 @@ func TestOpenAPIResponses(t *testing.T) {
 
 	type req struct {
 		op, target, tok, body string
-		header               []string
-		code                 int
+		header                []string
+		code                  int
 	}
 	id := func(n int64) string { return strconv.FormatInt(n, 10) }
 	reqs := []req{

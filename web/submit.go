@@ -259,17 +259,12 @@ func (s *server) submitted(run redrive.Run, created bool, items []redrive.NewIte
 
 // submit adds items to run and answers with the run as it is after.
 func (s *server) submit(w http.ResponseWriter, r *http.Request, run redrive.Run, created bool, ref PipelineRef, items []redrive.NewItem) {
-	ctx := r.Context()
-	res, err := redrive.Submit(ctx, s.store, run.ID, ref.FirstStage, items, s.opts.Now())
+	run, res, err := redrive.Submit(r.Context(), s.store, run, ref.FirstStage, items, s.opts.Now())
 	if err != nil {
 		if errors.Is(err, redrive.ErrRunAborted) {
 			writeError(w, http.StatusConflict, "", fmt.Sprintf("run %d was aborted (%s): it takes no new items", run.ID, run.Reason))
 			return
 		}
-		s.fail(w, r, "submit", err)
-		return
-	}
-	if run, err = s.store.GetRun(ctx, run.ID); err != nil {
 		s.fail(w, r, "submit", err)
 		return
 	}

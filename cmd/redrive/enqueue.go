@@ -93,7 +93,8 @@ and how many existed.`,
 					for i, l := range batch {
 						items[i] = redrive.NewItem{Key: runner.ItemKey(run.ID, l.ID), Payload: l.Payload, Invalid: l.Invalid}
 					}
-					out, err := redrive.Submit(ctx, s, run.ID, first, items, time.Now())
+					var out []redrive.Enqueued
+					run, out, err = redrive.Submit(ctx, s, run, first, items, time.Now())
 					if err != nil {
 						return fmt.Errorf("enqueue: items from line %d of %s: %w", batch[0].Number, input, err)
 					}
