@@ -174,7 +174,7 @@ func TestSubmitBadInput(t *testing.T) {
 		{"callback with password", "/api/v1/runs", `{"pipeline":"docs","items":[{"input":1,"callback":"https://u:p@x.example/"}]}`, 400, "items[0].callback", "user information"},
 		{"too many items", "/api/v1/runs", `{"pipeline":"docs","items":[` + strings.Repeat(`{"input":1},`, 10) + `{"input":1}]}`, 400, "items", "at most 10"},
 		{"run in the run endpoint", fmt.Sprintf("/api/v1/runs/%d/items", f.docsRun), `{"run":"x","items":[]}`, 400, "run", "path"},
-		{"unknown run", "/api/v1/runs/9999/items", `{"items":[{"input":1}]}`, 404, "", "not found"},
+		{"unknown run", "/api/v1/runs/9999/items", `{"items":[{"input":1}]}`, 404, "", "run 9999 does not exist"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {

@@ -34,7 +34,7 @@ func servedPipeline(t *testing.T, extra ...string) (url, db string) {
 		t.Fatal(err)
 	}
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	args := append([]string{"--db", "sqlite:" + db, "serve", "--addr", addr, "--pipeline", yaml, "--token-file", tokens, "--workers", "8"}, extra...)
+	args := append([]string{"--db", "sqlite:" + db, "serve", "--migrate", "--addr", addr, "--pipeline", yaml, "--token-file", tokens, "--workers", "8"}, extra...)
 	cmd := exec.Command(binPath, args...)
 	cmd.Env = cleanEnv()
 	var stderr syncBuffer

@@ -48,8 +48,8 @@ used) or a pipeline's name with --stage naming its first stage. Items are
 read as by ` + "`redrive run`" + `: one JSON value per line, identified by its "id"
 field or a hash of the line; lines that are not JSON are recorded dead
 (class invalid_input). The run is --run, by default "<pipeline>:<input file
-name>" as for redrive run, created when missing. Enqueueing the same file
-again adds nothing twice. Prints the run's ID and how many items were new
+name>@<hash of its content>" as for redrive run, created when missing.
+Enqueueing the same file again adds nothing twice. Prints the run's ID and how many items were new
 and how many existed.`,
 		Example: `  redrive enqueue ocr.yaml --input scans.jsonl --db postgres://app@db/app
   redrive enqueue ocr --stage fetch --input scans.jsonl --run nightly --json`,
@@ -64,9 +64,22 @@ and how many existed.`,
 			if err != nil {
 				return err
 			}
-			if runName == "" {
-				runName = name + ":" + filepath.Base(input)
+			hash, err := runner.InputHash(input)
+			if err != nil {
+				if errors.Is(err, os.ErrNotExist) {
+					return flagErrorf("input", "%v", err)
+				}
+				return err
 			}
+			// The default run is the one `redrive run` makes of this file, and
+			// records the file's hash as it does, so that either command
+			// resumes it; a run named with --run may gather several files.
+			runOpts := redrive.RunOptions{Name: runName, Source: input}
+			if runName == "" {
+				runOpts.Name = runner.DefaultRunName(&runner.Spec{Name: name}, input, hash)
+				runOpts.SourceHash = hash
+			}
+			runName = runOpts.Name
 			lines, err := runner.ReadInput(input)
 			if err != nil {
 				if errors.Is(err, os.ErrNotExist) {
@@ -82,7 +95,7 @@ and how many existed.`,
 			defer closeStore()
 			return func() error {
 				now := time.Now()
-				run, _, err := s.CreateRun(ctx, name, redrive.RunOptions{Name: runName}, now)
+				run, _, err := s.CreateRun(ctx, name, runOpts, now)
 				if err != nil {
 					return fmt.Errorf("enqueue: create run: %w", err)
 				}
@@ -122,7 +135,7 @@ and how many existed.`,
 	}
 	f := cmd.Flags()
 	f.StringVarP(&input, "input", "i", "", "JSONL file of items, one JSON value per line (required)")
-	f.StringVar(&runName, "run", "", `name of the run to add to, created when missing (default "<pipeline>:<input file name>")`)
+	f.StringVar(&runName, "run", "", `name of the run to add to, created when missing (default "<pipeline>:<input file name>@<content hash>", as redrive run)`)
 	f.StringVar(&stage, "stage", "", "first stage of PIPELINE when it is a name rather than a file")
 	f.BoolVar(&asJSON, "json", false, "print the result as JSON")
 	return cmd

@@ -27,12 +27,12 @@ func TestEnqueue(t *testing.T) {
 	}
 	var res enqueueResult
 	decodeJSON(t, mustRun(t, 0, "--db", db, "enqueue", yaml, "--input", input, "--json"), &res)
-	if res.RunID == 0 || res.RunName != "echo:items.jsonl" || res.Items != 4 || res.Added != 4 || res.Existing != 0 || res.Invalid != 1 {
+	if res.RunID == 0 || !strings.HasPrefix(res.RunName, "echo:items.jsonl@") || res.Items != 4 || res.Added != 4 || res.Existing != 0 || res.Invalid != 1 {
 		t.Fatalf("first enqueue = %+v", res)
 	}
 	// The same file again, by name: nothing is added twice.
-	r := mustRun(t, 0, "--db", db, "enqueue", "echo", "--stage", "shout", "--input", input, "--run", "echo:items.jsonl")
-	wantContains(t, "second enqueue", r.stdout, fmt.Sprintf("run %d (echo:items.jsonl)", res.RunID), "4 items, 0 new, 4 existing")
+	r := mustRun(t, 0, "--db", db, "enqueue", "echo", "--stage", "shout", "--input", input)
+	wantContains(t, "second enqueue", r.stdout, fmt.Sprintf("run %d (%s)", res.RunID, res.RunName), "4 items, 0 new, 4 existing")
 
 	var items []struct {
 		Key, Stage string
