@@ -248,6 +248,9 @@ type ItemFilter struct {
 	Since, Until time.Time
 	// AfterID pages forwards: only items with a larger ID.
 	AfterID int64
+	// IDs, when not empty, selects only the items with these IDs (an
+	// operator canceling one item). Default: none, any ID.
+	IDs []int64
 	// Limit caps the result. 0 means no limit (ListItems: 100).
 	Limit int
 }
@@ -264,6 +267,11 @@ func (f ItemFilter) Validate() error {
 	}
 	if f.Limit < 0 {
 		return errors.New("redrive: filter limit must not be negative")
+	}
+	for _, id := range f.IDs {
+		if id <= 0 {
+			return errors.New("redrive: filter IDs must be positive")
+		}
 	}
 	return nil
 }

@@ -113,6 +113,9 @@ func itemWhere(f redrive.ItemFilter, a *args) string {
 	if f.AfterID > 0 {
 		conds = append(conds, "id > "+a.add(f.AfterID))
 	}
+	if len(f.IDs) > 0 {
+		conds = append(conds, "id = ANY("+a.add(f.IDs)+"::bigint[])")
+	}
 	return strings.Join(conds, " AND ")
 }
 

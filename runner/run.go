@@ -9,6 +9,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"os"
 	"path/filepath"
 	"strings"
@@ -61,6 +62,11 @@ type Options struct {
 	// StopGrace is how long a graceful stop (ctx canceled) lets running
 	// attempts finish before interrupting them. Default 30 s.
 	StopGrace time.Duration
+	// Observers receive the engine's events beside the progress line (the
+	// metrics package's Observe, to export the run's metrics). Default none.
+	Observers []func(redrive.Event)
+	// Logger receives the engine's log lines. Default none.
+	Logger *slog.Logger
 }
 
 // DefaultDB is the database used when Options.DB is empty: the file
@@ -194,7 +200,8 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 		// Someone is waiting for the summary: notice the run's end sooner
 		// than a long-lived worker process needs to.
 		RunCheckInterval: 200 * time.Millisecond,
-		Observers:        []func(redrive.Event){prog.observe},
+		Observers:        append([]func(redrive.Event){prog.observe}, opts.Observers...),
+		Logger:           opts.Logger,
 	})
 	if err := client.Register(pipeline); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
@@ -210,7 +217,7 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 	items := make([]redrive.NewItem, len(lines))
 	invalid := 0
 	for i, l := range lines {
-		items[i] = redrive.NewItem{Key: itemKey(run.ID, l.ID), Payload: l.Payload, Invalid: l.Invalid}
+		items[i] = redrive.NewItem{Key: ItemKey(run.ID, l.ID), Payload: l.Payload, Invalid: l.Invalid}
 		if l.Invalid != "" {
 			invalid++
 		}
@@ -305,11 +312,11 @@ func merge(file, override RunSpec) RunSpec {
 	return file
 }
 
-// itemKey scopes an input line's id to its run: keys are unique per
+// ItemKey scopes an input line's id to its run: keys are unique per
 // pipeline in the database, ids only per input file.
-func itemKey(runID int64, id string) string { return fmt.Sprintf("%d/%s", runID, id) }
+func ItemKey(runID int64, id string) string { return fmt.Sprintf("%d/%s", runID, id) }
 
-// itemID returns the input id of an item key made by itemKey.
+// itemID returns the input id of an item key made by ItemKey.
 func itemID(key string) string {
 	if _, id, ok := strings.Cut(key, "/"); ok {
 		return id

@@ -61,6 +61,12 @@ func itemWhere(f redrive.ItemFilter) (string, []any) {
 		where = append(where, "id > ?")
 		args = append(args, f.AfterID)
 	}
+	if len(f.IDs) > 0 {
+		where = append(where, "id IN ("+placeholders(len(f.IDs))+")")
+		for _, id := range f.IDs {
+			args = append(args, id)
+		}
+	}
 	if len(where) == 0 {
 		return "1", nil
 	}

@@ -92,6 +92,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"TimeRoundTrip", testTimeRoundTrip},
 		{"PurgeKeepsCounts", testPurgeKeepsCounts}, {"ErrorContainsIgnoresCase", testErrorContainsIgnoresCase}, {"RunSource", testRunSource}, {"Workers", testWorkers}, {"RedriveFromStage", testRedriveFromStage},
 		{"Seeds", testSeeds},
+		{"FilterIDs", testFilterIDs},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

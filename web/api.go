@@ -208,13 +208,18 @@ func pathID(r *http.Request) (int64, error) {
 // beyond), no unknown fields, a single value. An empty body leaves v
 // unchanged.
 func (s *server) decodeBody(w http.ResponseWriter, r *http.Request, v any) error {
+	return s.decodeBodyMax(w, r, v, s.opts.MaxBodyBytes)
+}
+
+// decodeBodyMax is decodeBody with a body of at most limit bytes.
+func (s *server) decodeBodyMax(w http.ResponseWriter, r *http.Request, v any, limit int64) error {
 	if ct := r.Header.Get("Content-Type"); ct != "" {
 		mt, _, err := mime.ParseMediaType(ct)
 		if err != nil || mt != "application/json" {
 			return badField("Content-Type", "must be application/json, got %q", ct)
 		}
 	}
-	body := http.MaxBytesReader(w, r.Body, s.opts.MaxBodyBytes)
+	body := http.MaxBytesReader(w, r.Body, limit)
 	data, err := io.ReadAll(body)
 	if err != nil {
 		return fmt.Errorf("read body: %w", err)
@@ -432,7 +437,10 @@ func (s *server) writeItems(w http.ResponseWriter, r *http.Request, f redrive.It
 
 // itemDetail is the response of GET /api/v1/items/{id}.
 type itemDetail struct {
-	Item     redrive.Item      `json:"item"`
+	Item redrive.Item `json:"item"`
+	// Output is a succeeded item's result (its last stage's output) when
+	// it is JSON; item.payload holds it in base64 either way.
+	Output   json.RawMessage   `json:"output,omitempty"`
 	Attempts []redrive.Attempt `json:"attempts"`
 }
 
@@ -457,7 +465,11 @@ func (s *server) getItem(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	nonNil(&atts)
-	writeJSON(w, http.StatusOK, itemDetail{Item: it, Attempts: atts})
+	d := itemDetail{Item: it, Attempts: atts}
+	if it.State == redrive.StateSucceeded && json.Valid(it.Payload) {
+		d.Output = it.Payload
+	}
+	writeJSON(w, http.StatusOK, d)
 }
 
 // statsResponse is the response of GET /api/v1/stats.

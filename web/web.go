@@ -4,16 +4,16 @@
 //	h := web.NewHandler(store, web.Options{Token: os.Getenv("REDRIVE_API_TOKEN")})
 //	err := web.Serve(ctx, "127.0.0.1:8080", h)
 //
-// Read endpoints (GET) are open: bind to loopback, or put the server
-// behind a proxy that authenticates, when the data is sensitive. Write
-// endpoints (POST) need "Authorization: Bearer <token>" and are disabled
-// (403) when no token is configured. See docs/api.md for every endpoint.
+// Every endpoint needs a scope (see Scope): read, submit or admin. Tokens
+// are sent as "Authorization: Bearer <token>". Read endpoints are open
+// until a token with the read scope is configured: bind to loopback, or
+// configure one, when the data is sensitive. Submit and admin endpoints are
+// disabled (403) until a token with their scope is configured. See
+// docs/api.md for every endpoint and docs/openapi.yaml for its schema.
 package web
 
 import (
 	"context"
-	"crypto/sha256"
-	"crypto/subtle"
 	"embed"
 	"errors"
 	"io/fs"
@@ -29,6 +29,10 @@ import (
 const (
 	// DefaultMaxBodyBytes bounds request bodies.
 	DefaultMaxBodyBytes = 1 << 20
+	// DefaultMaxSubmitBytes bounds the bodies of the submit endpoints.
+	DefaultMaxSubmitBytes = 8 << 20
+	// DefaultMaxBatchItems is the most items one submit request carries.
+	DefaultMaxBatchItems = 1000
 	// DefaultMaxPageSize is the largest limit a list accepts.
 	DefaultMaxPageSize = 500
 	// DefaultPageSize is the limit of a list that names none.
@@ -42,12 +46,25 @@ const (
 
 // Options configure the handler. Zero values take the stated defaults.
 type Options struct {
-	// Token is the bearer token the write endpoints require, compared in
-	// constant time. Default empty: the write endpoints answer 403.
+	// Token is a bearer token with the submit and admin scopes, compared
+	// in constant time (kept from before scoped tokens). Default empty.
 	Token string
+	// Tokens are named bearer tokens with their scopes; several may grant
+	// the same scope (rotation). With neither Token nor Tokens, submit and
+	// admin endpoints answer 403 and reads are open. Default none.
+	Tokens []Token
+	// Pipelines are the pipelines the submit endpoints accept items for;
+	// others get 404. Default none: every submit answers 404.
+	Pipelines []PipelineRef
 	// MaxBodyBytes bounds request bodies; larger ones get 413.
 	// Default 1 MiB.
 	MaxBodyBytes int64
+	// MaxSubmitBytes bounds the bodies of the submit endpoints, which
+	// carry batches of items; larger ones get 413. Default 8 MiB.
+	MaxSubmitBytes int64
+	// MaxBatchItems is the most items one submit request may carry; more
+	// get 400. Default 1000.
+	MaxBatchItems int
 	// MaxPageSize is the largest limit a list accepts; larger ones get 400.
 	// Default 500.
 	MaxPageSize int
@@ -78,6 +95,12 @@ func (o Options) withDefaults(store redrive.Store) Options {
 	if o.MaxBodyBytes <= 0 {
 		o.MaxBodyBytes = DefaultMaxBodyBytes
 	}
+	if o.MaxSubmitBytes <= 0 {
+		o.MaxSubmitBytes = DefaultMaxSubmitBytes
+	}
+	if o.MaxBatchItems <= 0 {
+		o.MaxBatchItems = DefaultMaxBatchItems
+	}
 	if o.MaxPageSize <= 0 {
 		o.MaxPageSize = DefaultMaxPageSize
 	}
@@ -107,41 +130,69 @@ func (o Options) withDefaults(store redrive.Store) Options {
 var uiFiles embed.FS
 
 type server struct {
-	store     redrive.Store
-	opts      Options
-	tokenHash [sha256.Size]byte
+	store redrive.Store
+	opts  Options
+	creds []credential
+}
+
+// route is one endpoint: its method and path pattern and the scope it
+// needs.
+type route struct {
+	pattern string
+	scope   Scope
+	h       http.HandlerFunc
+}
+
+// routes lists the API's endpoints (the health and metrics endpoints and
+// the UI are served beside them).
+func (s *server) routes() []route {
+	return []route{
+		{"GET /api/v1/runs", ScopeRead, s.listRuns},
+		{"POST /api/v1/runs", ScopeSubmit, s.createRun},
+		{"GET /api/v1/runs/{id}", ScopeRead, s.getRun},
+		{"POST /api/v1/runs/{id}/items", ScopeSubmit, s.addRunItems},
+		{"POST /api/v1/runs/{id}/cancel", ScopeAdmin, s.cancelRun},
+		{"GET /api/v1/pipelines", ScopeRead, s.listPipelines},
+		{"POST /api/v1/pipelines/{name}/items", ScopeSubmit, s.addPipelineItems},
+		{"GET /api/v1/items", ScopeRead, s.listItems},
+		{"GET /api/v1/items/{id}", ScopeRead, s.getItem},
+		{"POST /api/v1/items/{id}/cancel", ScopeAdmin, s.cancelItem},
+		{"GET /api/v1/dlq", ScopeRead, s.listDLQ},
+		{"GET /api/v1/dlq/export", ScopeRead, s.exportDLQ},
+		{"POST /api/v1/dlq/redrive", ScopeAdmin, s.redrive},
+		{"POST /api/v1/dlq/purge", ScopeAdmin, s.purge},
+		{"GET /api/v1/stats", ScopeRead, s.stats},
+	}
 }
 
 // NewHandler returns the handler of the JSON API, the health endpoints,
 // /metrics (when Options.Metrics is set) and the web UI at /.
 func NewHandler(store redrive.Store, opts Options) http.Handler {
-	s := &server{store: store, opts: opts.withDefaults(store)}
-	if s.opts.Token != "" {
-		s.tokenHash = sha256.Sum256([]byte(s.opts.Token))
-	}
+	s := &server{store: store, opts: opts.withDefaults(store), creds: credentials(opts)}
 	mux := http.NewServeMux()
+	// Each path answers other methods with 405 in JSON, naming the ones
+	// it serves.
+	allow := map[string][]string{}
+	var paths []string
 	handle := func(pattern string, h http.HandlerFunc) {
 		mux.Handle(pattern, h)
-		// The same path with any other method: 405 in JSON.
-		if _, path, ok := strings.Cut(pattern, " "); ok {
-			mux.Handle(path, methodNotAllowed(pattern[:strings.IndexByte(pattern, ' ')]))
+		method, path, _ := strings.Cut(pattern, " ")
+		if allow[path] == nil {
+			paths = append(paths, path)
 		}
+		allow[path] = append(allow[path], method)
 	}
 	handle("GET /healthz", s.healthz)
 	handle("GET /readyz", s.readyz)
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
-	handle("GET /api/v1/runs", s.listRuns)
-	handle("GET /api/v1/runs/{id}", s.getRun)
-	handle("POST /api/v1/runs/{id}/cancel", s.auth(s.cancelRun))
-	handle("GET /api/v1/items", s.listItems)
-	handle("GET /api/v1/items/{id}", s.getItem)
-	handle("GET /api/v1/dlq", s.listDLQ)
-	handle("GET /api/v1/dlq/export", s.exportDLQ)
-	handle("POST /api/v1/dlq/redrive", s.auth(s.redrive))
-	handle("POST /api/v1/dlq/purge", s.auth(s.purge))
-	handle("GET /api/v1/stats", s.stats)
+	for _, rt := range s.routes() {
+		handle(rt.pattern, s.require(rt.scope, rt.h))
+	}
+	for _, p := range paths {
+		mux.Handle(p, methodNotAllowed(strings.Join(allow[p], ", ")))
+	}
 
 	static, err := fs.Sub(uiFiles, "ui")
 	if err != nil {
@@ -181,31 +232,6 @@ func secureHeaders(h http.Handler) http.Handler {
 	})
 }
 
-// auth guards a write endpoint with the bearer token.
-func (s *server) auth(h http.HandlerFunc) http.HandlerFunc {
-	return func(w http.ResponseWriter, r *http.Request) {
-		if s.opts.Token == "" {
-			writeError(w, http.StatusForbidden, "", "write endpoints are disabled: no API token is configured on the server")
-			return
-		}
-		scheme, token, ok := strings.Cut(r.Header.Get("Authorization"), " ")
-		if !ok || !strings.EqualFold(scheme, "Bearer") || token == "" {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive"`)
-			writeError(w, http.StatusUnauthorized, "", "missing bearer token: send Authorization: Bearer <token>")
-			return
-		}
-		// Hashing first makes the comparison constant-time in the
-		// token's length too.
-		got := sha256.Sum256([]byte(strings.TrimSpace(token)))
-		if subtle.ConstantTimeCompare(got[:], s.tokenHash[:]) != 1 {
-			w.Header().Set("WWW-Authenticate", `Bearer realm="redrive", error="invalid_token"`)
-			writeError(w, http.StatusUnauthorized, "", "invalid bearer token")
-			return
-		}
-		h(w, r)
-	}
-}
-
 // statusWriter remembers the status for the request log.
 type statusWriter struct {
 	http.ResponseWriter
@@ -231,12 +257,15 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
-// logRequests logs method, path (without the query), status, size and
-// duration. Headers, and so the token, are never logged.
+// logRequests logs method, path (without the query), status, size,
+// duration and the name of the token used. Headers, and so the secret,
+// are never logged.
 func (s *server) logRequests(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
 		sw := &statusWriter{ResponseWriter: w}
+		var tokenName string
+		r = r.WithContext(context.WithValue(r.Context(), tokenNameKey{}, &tokenName))
 		h.ServeHTTP(sw, r)
 		if sw.status == 0 {
 			sw.status = http.StatusOK
@@ -248,7 +277,7 @@ func (s *server) logRequests(h http.Handler) http.Handler {
 		s.opts.Logger.LogAttrs(r.Context(), level, "http request",
 			slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", sw.status), slog.Int64("bytes", sw.bytes),
-			slog.Duration("duration", time.Since(start)))
+			slog.Duration("duration", time.Since(start)), slog.String("token", tokenName))
 	})
 }
 

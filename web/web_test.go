@@ -659,7 +659,7 @@ func TestReadEndpoints(t *testing.T) {
 	f.get(t, "/nothing").apiErr(t, http.StatusNotFound)
 	r = f.do(t, "DELETE", "/api/v1/runs", "", "")
 	r.apiErr(t, http.StatusMethodNotAllowed)
-	if r.header.Get("Allow") != "GET" {
+	if r.header.Get("Allow") != "GET, POST" {
 		t.Errorf("Allow = %q", r.header.Get("Allow"))
 	}
 	f.get(t, "/api/v1/dlq/redrive").apiErr(t, http.StatusMethodNotAllowed)

@@ -40,7 +40,7 @@ func rootSecrets(root *cobra.Command) []string {
 	if v := os.Getenv(envAPIToken); v != "" {
 		out = append(out, v)
 	}
-	return out
+	return append(out, envTokenSecrets()...)
 }
 
 func newRootCmd() *cobra.Command {
@@ -67,6 +67,7 @@ printed.`,
 	})
 	root.SetHelpTemplate(root.HelpTemplate() + "\n" + exitCodesHelp + "\n")
 	addDBFlags(root)
+	addLogFlags(root)
 
 	root.AddCommand(
 		newMigrateCmd(),
@@ -77,6 +78,7 @@ printed.`,
 		newServeCmd(),
 		policyGroup(newPolicyCmd()),
 		newRunCmd(),
+		newEnqueueCmd(),
 		newBenchCmd(),
 		newWorkersCmd(),
 	)

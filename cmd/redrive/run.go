@@ -48,12 +48,13 @@ Exit status:
 
 func newRunCmd() *cobra.Command {
 	var (
-		o        runner.Options
-		asJSON   bool
-		succ     float64
-		partial  float64
-		budget   float64
-		minItems int
+		o         runner.Options
+		asJSON    bool
+		succ      float64
+		partial   float64
+		budget    float64
+		minItems  int
+		metricsAt string
 	)
 	cmd := &cobra.Command{
 		Use:   "run PIPELINE.yaml --input ITEMS.jsonl",
@@ -105,6 +106,23 @@ func newRunCmd() *cobra.Command {
 			}
 			defer closeStore()
 			o.Store, o.DB = store, redactURL(db)
+			if cmd.Flags().Changed("log-format") {
+				o.Logger = newLogger(cmd, cmd.ErrOrStderr())
+			}
+			if metricsAt != "" {
+				m, h, err := engineMetrics(store)
+				if err != nil {
+					return err
+				}
+				mctx, stopMetrics := context.WithCancel(cmd.Context())
+				stopped, err := serveMetrics(mctx, metricsAt, h, newLogger(cmd, cmd.ErrOrStderr()))
+				if err != nil {
+					stopMetrics()
+					return err
+				}
+				defer func() { stopMetrics(); <-stopped }()
+				o.Observers = append(o.Observers, m.Observe)
+			}
 			o.Progress = cmd.ErrOrStderr()
 			o.Terminal = term.IsTerminal(int(os.Stderr.Fd()))
 			sum, err := runner.Execute(interruptible(cmd.Context()), spec, o)
@@ -155,6 +173,7 @@ func newRunCmd() *cobra.Command {
 	f.Float64Var(&budget, "failure-budget", 0, "dead rate above which the run aborts, overrides run.failure_budget (default: none)")
 	f.IntVar(&minItems, "min-items", 0, "finished items before the failure budget is judged, overrides run.min_items (default 50)")
 	f.DurationVar(&o.LeaseDuration, "lease", 30*time.Second, "how long a killed runner's items stay claimed before a rerun takes them over")
+	f.StringVar(&metricsAt, "metrics-addr", "", "serve the engine's Prometheus metrics at http://ADDR/metrics while the run lasts (e.g. 127.0.0.1:9090; default: none)")
 	f.DurationVar(&o.StopGrace, "stop-grace", 30*time.Second, "how long Ctrl-C lets running attempts finish")
 	// run has exit codes of its own: its help lists them, not the root's.
 	cmd.SetHelpTemplate(cmd.HelpTemplate())

@@ -7,13 +7,10 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"strings"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redrive/redrive"
-	"github.com/redrive/redrive/metrics"
 	"github.com/redrive/redrive/runner"
 	"github.com/redrive/redrive/web"
 	"github.com/spf13/cobra"
@@ -22,6 +19,10 @@ import (
 // envAPIToken names the environment variable that holds the API token when
 // --token is not given.
 const envAPIToken = "REDRIVE_API_TOKEN"
+
+// envAPITokens names the environment variable that holds scoped tokens, in
+// the format of --token-file (lines, or entries separated by ";").
+const envAPITokens = "REDRIVE_API_TOKENS"
 
 // serveStopGrace is how long running attempts of --pipeline workers get to
 // finish once serve is interrupted; unfinished ones return to pending.
@@ -32,6 +33,8 @@ func newServeCmd() *cobra.Command {
 	var (
 		addr      string
 		token     string
+		tokenFile string
+		accept    []string
 		migrate   bool
 		pipelines []string
 		workers   int
@@ -44,12 +47,18 @@ readiness (the database answers) at /readyz, the JSON API under /api/v1/ and
 the web UI at /, until interrupted (SIGINT or SIGTERM), then shut down
 gracefully and exit 0.
 
-The write endpoints of the API (cancel, redrive, purge) need
-"Authorization: Bearer TOKEN" with the token from --token or the
-REDRIVE_API_TOKEN environment variable; without a token they answer 403.
-Read endpoints are open: keep the default loopback address, or put the
-server behind an authenticating proxy, when the data is sensitive. The
-token is never logged.
+Every endpoint needs a scope: read, submit (create runs, add items) or admin
+(cancel, redrive, purge), granted by tokens sent as "Authorization: Bearer
+TOKEN". Tokens come from --token-file FILE and the REDRIVE_API_TOKENS
+environment variable, one per line (or ";"-separated in the variable) as
+"name scope[,scope] token"; several may grant a scope, to rotate them. The
+single --token (or REDRIVE_API_TOKEN) is a submit and admin token. Submit
+and admin endpoints answer 403 until a token grants their scope; reads are
+open until a token grants the read scope. Secrets are never logged; token
+names are.
+
+Items are accepted for the pipelines of --pipeline files and for those
+named with --accept NAME:FIRST_STAGE (worked by other processes).
 
 With --pipeline FILE.yaml (repeatable) serve also runs workers for those YAML
 pipelines (the format of ` + "`redrive run`" + `), so that items redriven from the
@@ -59,12 +68,15 @@ pending. Pipelines written in Go run in the host program that registers
 them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		Example: `  redrive serve --db sqlite:redrive.db --addr 127.0.0.1:8080
   redrive serve --db sqlite:redrive.db --pipeline ocr.yaml --workers 8
-  REDRIVE_API_TOKEN=s3cret redrive serve --db postgres://app@db/app --addr :8080`,
+  REDRIVE_API_TOKEN=s3cret redrive serve --db postgres://app@db/app --addr :8080
+  redrive serve --token-file /etc/redrive/tokens --pipeline ocr.yaml --log-format json`,
 		Args: noArgs,
 	}
 	cmd.Flags().StringVar(&addr, "addr", web.DefaultAddr, "address to listen on (host:port; port 0 picks a free port)")
 	cmd.Flags().StringVar(&token, "token", "", "bearer token for the API's write endpoints (env "+envAPIToken+"; prefer the environment, flags show in ps)")
 	cmd.Flags().BoolVar(&migrate, "migrate", false, "apply pending PostgreSQL migrations before serving, and create a SQLite file that does not exist (SQLite always migrates)")
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", `file of scoped API tokens, lines "name scope[,scope] token" (scopes: read, submit, admin; env `+envAPITokens+` too)`)
+	cmd.Flags().StringArrayVar(&accept, "accept", nil, "accept submitted items for a pipeline worked elsewhere, as NAME:FIRST_STAGE (repeatable)")
 	cmd.Flags().StringArrayVar(&pipelines, "pipeline", nil, "also run workers for the YAML pipeline in this file (repeatable)")
 	cmd.Flags().IntVar(&workers, "workers", 0, "attempts running at once for --pipeline workers (default: the largest workers: of the files, else 16)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -80,8 +92,20 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		if !cmd.Flags().Changed("token") {
 			token = os.Getenv(envAPIToken)
 		}
+		tokens, err := loadTokens(tokenFile)
+		if err != nil {
+			return err
+		}
+		var refs []web.PipelineRef
+		for _, a := range accept {
+			name, stage, ok := strings.Cut(a, ":")
+			if !ok || name == "" || stage == "" {
+				return flagErrorf("accept", "%q is not NAME:FIRST_STAGE (e.g. summarize:fetch)", a)
+			}
+			refs = append(refs, web.PipelineRef{Name: name, FirstStage: stage})
+		}
 		ctx := cmd.Context()
-		logger := slog.New(slog.NewTextHandler(cmd.ErrOrStderr(), nil))
+		logger := newLogger(cmd, cmd.ErrOrStderr())
 
 		// Load the pipelines before touching the database, so that a bad
 		// file is a usage error that changes nothing.
@@ -112,20 +136,16 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		}
 		defer closeFn()
 
-		m := metrics.New(s, metrics.Options{})
-		reg := prometheus.NewRegistry()
-		if err := m.Register(reg); err != nil {
-			return fmt.Errorf("serve: register metrics: %w", err)
+		m, metricsHandler, err := engineMetrics(s)
+		if err != nil {
+			return fmt.Errorf("serve: %w", err)
 		}
-		if err := reg.Register(collectors.NewGoCollector()); err != nil {
-			return fmt.Errorf("serve: register metrics: %w", err)
-		}
-		if err := reg.Register(collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})); err != nil {
-			return fmt.Errorf("serve: register metrics: %w", err)
-		}
+		refs = append(refs, web.Refs(ps...)...)
 		h := web.NewHandler(s, web.Options{
 			Token:     token,
-			Metrics:   promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+			Tokens:    tokens,
+			Pipelines: refs,
+			Metrics:   metricsHandler,
 			Observers: []func(redrive.Event){m.Observe},
 			Logger:    logger,
 		})
@@ -153,11 +173,8 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		if err != nil {
 			return fmt.Errorf("serve: listen on %s: %w", addr, err)
 		}
-		writeAPI := "enabled"
-		if token == "" {
-			writeAPI = "disabled (no --token or " + envAPIToken + ")"
-		}
-		logger.Info("redrive serve listening", "url", "http://"+ln.Addr().String(), "db", redactURL(c.URL), "write_api", writeAPI)
+		logger.Info("redrive serve listening", "url", "http://"+ln.Addr().String(), "db", redactURL(c.URL),
+			"tokens", tokenSummary(token, tokens), "accepts", len(refs))
 		if err := web.ServeListener(ctx, ln, h); err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}

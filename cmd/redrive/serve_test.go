@@ -171,7 +171,7 @@ func TestServe(t *testing.T) {
 		t.Fatal("serve did not exit after SIGINT")
 	}
 	logs := stderr.String()
-	wantContains(t, "serve log", logs, "listening", addr, "write_api=enabled")
+	wantContains(t, "serve log", logs, "listening", addr, "api-token(submit,admin)")
 	if strings.Contains(logs+stdout.String(), token) {
 		t.Errorf("serve logged the token:\n%s", logs)
 	}

@@ -1,0 +1,151 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/sqlite"
+)
+
+const clientToken = "client-token-7c1e90d2aa"
+
+// servedPipeline starts `redrive serve` on a fresh SQLite database with
+// workers for an echo pipeline (its stage returns its input) and a submit
+// token, and returns its URL and database path. The server is stopped
+// with SIGINT at the end of the test.
+func servedPipeline(t *testing.T, extra ...string) (url, db string) {
+	t.Helper()
+	dir := t.TempDir()
+	db = filepath.Join(dir, "redrive.db")
+	yaml := filepath.Join(dir, "echo.yaml")
+	if err := os.WriteFile(yaml, []byte("name: echo\nstages:\n  - name: shout\n    exec:\n      command: cat\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	tokens := filepath.Join(dir, "tokens")
+	if err := os.WriteFile(tokens, []byte("# name scopes secret\nclient submit,read "+clientToken+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	args := append([]string{"--db", "sqlite:" + db, "serve", "--migrate", "--addr", addr, "--pipeline", yaml, "--token-file", tokens, "--workers", "8"}, extra...)
+	cmd := exec.Command(binPath, args...)
+	cmd.Env = cleanEnv()
+	var stderr syncBuffer
+	cmd.Stderr = &stderr
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case err := <-done:
+			if err != nil {
+				t.Errorf("serve after SIGINT: %v\n%s", err, stderr.String())
+			}
+		case <-time.After(30 * time.Second):
+			cmd.Process.Kill()
+			t.Errorf("serve did not stop after SIGINT")
+		}
+		if t.Failed() {
+			t.Logf("serve log:\n%s", stderr.String())
+		}
+	})
+	url = "http://" + addr
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		resp, err := http.Get(url + "/readyz")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return url, db
+			}
+		}
+		select {
+		case err := <-done:
+			done <- err
+			t.Fatalf("serve exited: %v\n%s", err, stderr.String())
+		default:
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("serve not ready: %v\n%s", err, stderr.String())
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// clientSummary is what the example clients print.
+type clientSummary struct {
+	RunID           int64          `json:"run_id"`
+	Added           int            `json:"added"`
+	ExistingOnRetry int            `json:"existing_on_retry"`
+	SameIDs         bool           `json:"same_ids"`
+	States          map[string]int `json:"states"`
+	OutputsMatching int            `json:"outputs_matching"`
+	UnknownPipeline *struct {
+		Status int    `json:"status"`
+		Field  string `json:"field"`
+	} `json:"unknown_pipeline"`
+}
+
+// TestExampleClients runs the Python and Node clients of examples/clients
+// against a real server: they submit, retry the submit, and read results.
+func TestExampleClients(t *testing.T) {
+	t.Parallel()
+	url, db := servedPipeline(t)
+	const count = 25
+	for _, c := range []struct{ name, interp, script, run string }{
+		{"python", "python3", "../../examples/clients/python/redrive_client.py", "python-demo"},
+		{"node", "node", "../../examples/clients/node/redrive-client.mjs", "node-demo"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if _, err := exec.LookPath(c.interp); err != nil {
+				if os.Getenv("CI") != "" {
+					t.Fatalf("%s is required in CI: %v", c.interp, err)
+				}
+				t.Skipf("%s not installed", c.interp)
+			}
+			cmd := exec.Command(c.interp, c.script, "--url", url, "--pipeline", "echo", "--run", c.run, "--count", fmt.Sprint(count))
+			cmd.Env = append(os.Environ(), "REDRIVE_TOKEN="+clientToken)
+			out, err := cmd.Output()
+			if err != nil {
+				var stderr []byte
+				if ee, ok := err.(*exec.ExitError); ok {
+					stderr = ee.Stderr
+				}
+				t.Fatalf("%s client: %v\n%s\n%s", c.name, err, out, stderr)
+			}
+			var s clientSummary
+			if err := json.Unmarshal(out, &s); err != nil {
+				t.Fatalf("client output %q: %v", out, err)
+			}
+			if s.Added != count || s.ExistingOnRetry != count || !s.SameIDs || s.States["succeeded"] != count || s.OutputsMatching != count {
+				t.Errorf("client summary = %+v", s)
+			}
+			if s.UnknownPipeline == nil || s.UnknownPipeline.Status != 404 || s.UnknownPipeline.Field != "name" {
+				t.Errorf("unknown pipeline answer = %+v", s.UnknownPipeline)
+			}
+			// The retried submit added nothing: the run holds count items.
+			st, err := sqlite.Open(context.Background(), db)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer st.Close()
+			run, err := st.GetRun(context.Background(), s.RunID)
+			if err != nil || run.Counts.Total != count || run.Counts.Succeeded != count {
+				t.Errorf("run %d = %+v, %v; want %d items succeeded", s.RunID, run.Counts, err, count)
+			}
+			if run.Name != c.run || run.Status == redrive.RunAborted {
+				t.Errorf("run = %+v", run)
+			}
+		})
+	}
+}

@@ -1,0 +1,12 @@
+package web
+
+// RoutePatterns returns the method and path patterns the handler serves
+// beside the UI (with Options.Metrics set), for the OpenAPI test.
+func RoutePatterns() []string {
+	s := &server{}
+	out := []string{"GET /healthz", "GET /readyz", "GET /metrics"}
+	for _, r := range s.routes() {
+		out = append(out, r.pattern)
+	}
+	return out
+}

@@ -1,0 +1,500 @@
+package web
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"reflect"
+	"slices"
+	"strings"
+	"time"
+	"unicode"
+	"unicode/utf8"
+
+	"github.com/redrive/redrive"
+)
+
+// PipelineRef names a pipeline the submit endpoints accept items for, and
+// the stage its items start at.
+type PipelineRef struct {
+	Name       string `json:"name"`
+	FirstStage string `json:"first_stage"`
+}
+
+// Refs returns the references of pipelines, for Options.Pipelines.
+func Refs(ps ...redrive.Pipeline) []PipelineRef {
+	out := make([]PipelineRef, 0, len(ps))
+	for _, p := range ps {
+		if len(p.Stages) > 0 {
+			out = append(out, PipelineRef{Name: p.Name, FirstStage: p.Stages[0].Name})
+		}
+	}
+	return out
+}
+
+// Limits of submitted fields.
+const (
+	// MaxKeyBytes bounds an item's idempotency key.
+	MaxKeyBytes = 512
+	// MaxCallbackBytes bounds an item's callback URL.
+	MaxCallbackBytes = 2048
+	// MaxIdempotencyKeyBytes bounds the Idempotency-Key header.
+	MaxIdempotencyKeyBytes = 255
+	// DefaultSubmitRun is the run that POST /api/v1/pipelines/{name}/items
+	// adds to when the body names none.
+	DefaultSubmitRun = "default"
+)
+
+// submitItem is one item of a submit request.
+type submitItem struct {
+	// Key is the item's idempotency key, unique within its pipeline.
+	Key string `json:"key"`
+	// Input is the first stage's input, any JSON value.
+	Input json.RawMessage `json:"input"`
+	// Priority orders due items, higher first.
+	Priority int `json:"priority"`
+	// OrderAt orders due items of equal priority, oldest first.
+	OrderAt string `json:"order_at"`
+	// Callback is where notifications about the item go.
+	Callback string `json:"callback"`
+}
+
+// submittedItem is the result of submitting one item.
+type submittedItem struct {
+	ID       int64  `json:"id"`
+	Key      string `json:"key,omitempty"`
+	Existing bool   `json:"existing"`
+}
+
+// submitResponse is the response of every submit endpoint.
+type submitResponse struct {
+	Run redrive.Run `json:"run"`
+	// Created is true when this request created the run.
+	Created bool            `json:"created"`
+	Items   []submittedItem `json:"items"`
+	// Added counts the new items, Existing those whose key was known.
+	Added    int `json:"added"`
+	Existing int `json:"existing"`
+}
+
+// createRunRequest is the body of POST /api/v1/runs.
+type createRunRequest struct {
+	Pipeline         string            `json:"pipeline"`
+	Name             string            `json:"name"`
+	SuccessThreshold float64           `json:"success_threshold"`
+	PartialThreshold float64           `json:"partial_threshold"`
+	FailureBudget    float64           `json:"failure_budget"`
+	MinItems         int               `json:"min_items"`
+	Items            []json.RawMessage `json:"items"`
+}
+
+// addItemsRequest is the body of POST /api/v1/runs/{id}/items and
+// POST /api/v1/pipelines/{name}/items.
+type addItemsRequest struct {
+	// Run names the run of a pipeline submit; default DefaultSubmitRun.
+	Run   string            `json:"run"`
+	Items []json.RawMessage `json:"items"`
+}
+
+func (s *server) pipelineRef(name string) (PipelineRef, error) {
+	for _, p := range s.opts.Pipelines {
+		if p.Name == name {
+			return p, nil
+		}
+	}
+	names := make([]string, len(s.opts.Pipelines))
+	for i, p := range s.opts.Pipelines {
+		names[i] = p.Name
+	}
+	accepted := "none"
+	if len(names) > 0 {
+		accepted = strings.Join(names, ", ")
+	}
+	return PipelineRef{}, fmt.Errorf("%w: unknown pipeline %q (this server accepts items for: %s)", redrive.ErrNotFound, name, accepted)
+}
+
+// idempotencyKey reads the Idempotency-Key header: a retried request with
+// the same header value gets the same run and items.
+func idempotencyKey(r *http.Request) (string, error) {
+	k := r.Header.Get("Idempotency-Key")
+	if len(k) > MaxIdempotencyKeyBytes {
+		return "", badField("Idempotency-Key", "longer than %d bytes", MaxIdempotencyKeyBytes)
+	}
+	if !printable(k) {
+		return "", badField("Idempotency-Key", "must be printable text")
+	}
+	return k, nil
+}
+
+func printable(s string) bool {
+	if !utf8.ValidString(s) {
+		return false
+	}
+	for _, c := range s {
+		if unicode.IsControl(c) {
+			return false
+		}
+	}
+	return true
+}
+
+// items decodes and validates a batch. Items without a key get one from
+// the Idempotency-Key header and their position, so that a retry of the
+// same request adds nothing twice. Every item is checked before anything
+// is written.
+func (s *server) items(raw []json.RawMessage, idem string) ([]redrive.NewItem, error) {
+	if raw == nil {
+		return nil, badField("items", "required: a list of items (it may be empty)")
+	}
+	if len(raw) > s.opts.MaxBatchItems {
+		return nil, badField("items", "%d items: at most %d per request; send several batches", len(raw), s.opts.MaxBatchItems)
+	}
+	out := make([]redrive.NewItem, len(raw))
+	seen := make(map[string]int, len(raw))
+	for i, b := range raw {
+		field := fmt.Sprintf("items[%d]", i)
+		var it submitItem
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		if err := dec.Decode(&it); err != nil {
+			var te *json.UnmarshalTypeError
+			switch {
+			case errors.As(err, &te) && te.Field != "":
+				return nil, badField(field+"."+te.Field, "must be a JSON %s, got a JSON %s", jsonKind(te.Type.Kind()), te.Value)
+			case errors.As(err, &te):
+				return nil, badField(field, "must be an object with an input, got a JSON %s", te.Value)
+			case strings.HasPrefix(err.Error(), "json: unknown field "):
+				f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
+				return nil, badField(field+"."+f, "unknown field (key, input, priority, order_at, callback)")
+			}
+			return nil, badField(field, "%v", err)
+		}
+		if len(it.Input) == 0 {
+			return nil, badField(field+".input", "required: the first stage's input, any JSON value")
+		}
+		if it.Key == "" && idem != "" {
+			it.Key = fmt.Sprintf("%s#%d", idem, i)
+		}
+		if len(it.Key) > MaxKeyBytes {
+			return nil, badField(field+".key", "longer than %d bytes", MaxKeyBytes)
+		}
+		if !printable(it.Key) {
+			return nil, badField(field+".key", "must be printable text")
+		}
+		if it.Key != "" {
+			if j, dup := seen[it.Key]; dup {
+				return nil, badField(field+".key", "%q is also the key of items[%d]", it.Key, j)
+			}
+			seen[it.Key] = i
+		}
+		if it.Priority < -1<<31 || it.Priority > 1<<31-1 {
+			return nil, badField(field+".priority", "must fit in 32 bits")
+		}
+		orderAt, err := parseTime(field+".order_at", it.OrderAt)
+		if err != nil {
+			return nil, err
+		}
+		if err := checkCallback(field+".callback", it.Callback); err != nil {
+			return nil, err
+		}
+		out[i] = newItem(it, orderAt)
+	}
+	return out, nil
+}
+
+// jsonKind names the JSON type a Go kind decodes from.
+func jsonKind(k reflect.Kind) string {
+	switch k {
+	case reflect.String:
+		return "string"
+	case reflect.Bool:
+		return "boolean"
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+		return "integer"
+	case reflect.Float32, reflect.Float64:
+		return "number"
+	case reflect.Slice:
+		return "array"
+	}
+	return "object"
+}
+
+// checkCallback accepts an absolute http or https URL without user
+// information (secrets belong in the signature, not the URL).
+func checkCallback(field, s string) error {
+	if s == "" {
+		return nil
+	}
+	if len(s) > MaxCallbackBytes {
+		return badField(field, "longer than %d bytes", MaxCallbackBytes)
+	}
+	u, err := url.Parse(s)
+	if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+		return badField(field, "must be an absolute http or https URL, got %q", s)
+	}
+	if u.User != nil {
+		return badField(field, "must not carry user information")
+	}
+	if u.Fragment != "" {
+		return badField(field, "must not have a fragment")
+	}
+	return nil
+}
+
+func (s *server) submitted(run redrive.Run, created bool, items []redrive.NewItem, res []redrive.Enqueued) submitResponse {
+	out := submitResponse{Run: run, Created: created, Items: make([]submittedItem, len(res))}
+	for i, e := range res {
+		out.Items[i] = submittedItem{ID: e.ID, Key: items[i].Key, Existing: e.Existing}
+		if e.Existing {
+			out.Existing++
+		} else {
+			out.Added++
+		}
+	}
+	return out
+}
+
+// submit adds items to run and answers with the run as it is after.
+func (s *server) submit(w http.ResponseWriter, r *http.Request, run redrive.Run, created bool, ref PipelineRef, items []redrive.NewItem) {
+	// A submit that reached the store finishes even if the client goes
+	// away: its retry then finds the items. Without a cancelable context
+	// the SQLite driver also skips watching each statement for
+	// cancellation, which costs more than the insert on large batches.
+	ctx := context.WithoutCancel(r.Context())
+	run, res, err := redrive.Submit(ctx, s.store, run, ref.FirstStage, items, s.opts.Now())
+	if err != nil {
+		if errors.Is(err, redrive.ErrRunAborted) {
+			writeError(w, http.StatusConflict, "", fmt.Sprintf("run %d was aborted (%s): it takes no new items", run.ID, run.Reason))
+			return
+		}
+		s.fail(w, r, "submit", err)
+		return
+	}
+	resp := s.submitted(run, created, items, res)
+	s.opts.Logger.Info("web: submit", "run", run.ID, "pipeline", run.Pipeline, "added", resp.Added, "existing", resp.Existing)
+	code := http.StatusOK
+	if created {
+		code = http.StatusCreated
+	}
+	writeJSON(w, code, resp)
+}
+
+// POST /api/v1/runs: create a run (or, with a name or Idempotency-Key
+// already used, find it) and add its items.
+func (s *server) createRun(w http.ResponseWriter, r *http.Request) {
+	var req createRunRequest
+	if err := s.decodeBodyMax(w, r, &req, s.opts.MaxSubmitBytes); err != nil {
+		writeBad(w, err)
+		return
+	}
+	idem, err := idempotencyKey(r)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	if req.Pipeline == "" {
+		writeBad(w, badField("pipeline", "required: the name of the pipeline"))
+		return
+	}
+	ref, err := s.pipelineRef(req.Pipeline)
+	if err != nil {
+		writeError(w, http.StatusNotFound, "pipeline", err.Error())
+		return
+	}
+	opts := redrive.RunOptions{Name: req.Name, SuccessThreshold: req.SuccessThreshold, PartialThreshold: req.PartialThreshold,
+		FailureBudget: req.FailureBudget, MinItems: req.MinItems}
+	if opts.Name == "" {
+		opts.Name = idem
+	}
+	if len(opts.Name) > MaxKeyBytes || !printable(opts.Name) {
+		writeBad(w, badField("name", "must be printable text of at most %d bytes", MaxKeyBytes))
+		return
+	}
+	if err := opts.Validate(); err != nil {
+		writeBad(w, badField(runOptionField(err), "%s", strings.TrimPrefix(err.Error(), "redrive: ")))
+		return
+	}
+	items, err := s.items(req.Items, idem)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	run, created, err := s.store.CreateRun(r.Context(), ref.Name, opts, s.opts.Now())
+	if err != nil {
+		s.fail(w, r, "create run", err)
+		return
+	}
+	s.submit(w, r, run, created, ref, items)
+}
+
+// runOptionField names the body field a RunOptions error is about.
+func runOptionField(err error) string {
+	msg := err.Error()
+	for _, f := range []struct{ opt, field string }{
+		{"PartialThreshold", "partial_threshold"}, {"SuccessThreshold", "success_threshold"},
+		{"FailureBudget", "failure_budget"}, {"MinItems", "min_items"},
+	} {
+		if strings.Contains(msg, f.opt) {
+			return f.field
+		}
+	}
+	return ""
+}
+
+// POST /api/v1/runs/{id}/items
+func (s *server) addRunItems(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	var req addItemsRequest
+	if err := s.decodeBodyMax(w, r, &req, s.opts.MaxSubmitBytes); err != nil {
+		writeBad(w, err)
+		return
+	}
+	if req.Run != "" {
+		writeBad(w, badField("run", "is for POST /api/v1/pipelines/{name}/items; this run is named by the path"))
+		return
+	}
+	idem, err := idempotencyKey(r)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	items, err := s.items(req.Items, idem)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	run, err := s.store.GetRun(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, "add items", err)
+		return
+	}
+	ref, err := s.pipelineRef(run.Pipeline)
+	if err != nil {
+		writeError(w, http.StatusNotFound, "pipeline", fmt.Sprintf("run %d: %v", id, err))
+		return
+	}
+	s.submit(w, r, run, false, ref, items)
+}
+
+// POST /api/v1/pipelines/{name}/items: add items to the pipeline's run
+// named in the body (DefaultSubmitRun when none), created when missing.
+func (s *server) addPipelineItems(w http.ResponseWriter, r *http.Request) {
+	ref, err := s.pipelineRef(r.PathValue("name"))
+	if err != nil {
+		writeError(w, http.StatusNotFound, "name", err.Error())
+		return
+	}
+	var req addItemsRequest
+	if err := s.decodeBodyMax(w, r, &req, s.opts.MaxSubmitBytes); err != nil {
+		writeBad(w, err)
+		return
+	}
+	idem, err := idempotencyKey(r)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	if req.Run == "" {
+		req.Run = DefaultSubmitRun
+	}
+	if len(req.Run) > MaxKeyBytes || !printable(req.Run) {
+		writeBad(w, badField("run", "must be printable text of at most %d bytes", MaxKeyBytes))
+		return
+	}
+	items, err := s.items(req.Items, idem)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	run, created, err := s.store.CreateRun(r.Context(), ref.Name, redrive.RunOptions{Name: req.Run}, s.opts.Now())
+	if err != nil {
+		s.fail(w, r, "add items", err)
+		return
+	}
+	s.submit(w, r, run, created, ref, items)
+}
+
+// GET /api/v1/pipelines: the pipelines that accept items here.
+func (s *server) listPipelines(w http.ResponseWriter, r *http.Request) {
+	if err := newQuery(r).err; err != nil {
+		writeBad(w, err)
+		return
+	}
+	ps := slices.Clone(s.opts.Pipelines)
+	nonNil(&ps)
+	writeJSON(w, http.StatusOK, listResponse[PipelineRef]{Data: ps})
+}
+
+// cancelItemResponse is the response of POST /api/v1/items/{id}/cancel.
+type cancelItemResponse struct {
+	Item redrive.Item `json:"item"`
+}
+
+// POST /api/v1/items/{id}/cancel: a pending item is canceled with the
+// reason; an item in any other state answers 409 and is left alone.
+func (s *server) cancelItem(w http.ResponseWriter, r *http.Request) {
+	id, err := pathID(r)
+	if err != nil {
+		writeBad(w, err)
+		return
+	}
+	var req cancelRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		writeBad(w, err)
+		return
+	}
+	reason := strings.TrimSpace(req.Reason)
+	if reason == "" {
+		reason = DefaultCancelReason
+	}
+	if len(reason) > 1000 {
+		writeBad(w, badField("reason", "longer than 1000 bytes"))
+		return
+	}
+	ctx := r.Context()
+	it, err := s.store.GetItem(ctx, id)
+	if err != nil {
+		s.fail(w, r, "cancel item", err)
+		return
+	}
+	if it.State == redrive.StatePending {
+		n, err := s.store.CancelPending(ctx, redrive.ItemFilter{IDs: []int64{id}, States: []redrive.State{redrive.StatePending}},
+			redrive.Reason{Class: redrive.ClassCanceled, Error: reason, At: s.opts.Now()})
+		if err != nil {
+			s.fail(w, r, "cancel item", err)
+			return
+		}
+		if it, err = s.store.GetItem(ctx, id); err != nil {
+			s.fail(w, r, "cancel item", err)
+			return
+		}
+		if n == 1 {
+			s.opts.Logger.Info("web: item canceled", "item", id, "run", it.RunID)
+			writeJSON(w, http.StatusOK, cancelItemResponse{Item: itemSummary(it)})
+			return
+		}
+	}
+	msg := fmt.Sprintf("item %d is %s, not pending", id, it.State)
+	if it.State == redrive.StateRunning {
+		msg += ": an attempt is under way; cancel its run, or retry once the attempt ends"
+	}
+	writeError(w, http.StatusConflict, "", msg)
+}
+
+// newItem builds the engine's item from a validated submitted one. The
+// order time and the callback are checked but not kept yet: the engine's
+// NewItem has no field for either in this version (order times and the
+// webhook outbox come with their own changes, which set them here), and
+// docs/api.md says so.
+func newItem(it submitItem, orderAt time.Time) redrive.NewItem {
+	_ = orderAt
+	return redrive.NewItem{Key: it.Key, Payload: bytes.TrimSpace(it.Input), Priority: it.Priority}
+}
