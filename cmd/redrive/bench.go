@@ -116,6 +116,7 @@ afterwards, unless --pg-schema is given.`,
 	cmd.Flags().IntVar(&batch, "batch", 2000, "claim batch size (0: the engine's default for --workers); large batches suit no-op stages")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	cmd.AddCommand(newBenchOverloadCmd(), newBenchOutageCmd())
 	return cmd
 }
 

@@ -1,0 +1,172 @@
+package loadbench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"strings"
+	"time"
+)
+
+// The variants of Overload.
+const (
+	VariantNaive         = "naive"             // 32 goroutines, a fixed 100 ms after a 429
+	VariantNaiveNoRA     = "naive-no-ra"       // the same against 429s without Retry-After
+	VariantEngine        = "engine"            // the Go engine, a handler over retryhttp.Transport
+	VariantEngineNoRA    = "engine-no-ra"      // the same against 429s without Retry-After
+	VariantRunner        = "runner"            // `redrive run`, an http stage
+	VariantRunnerNoRA    = "runner-no-ra"      // the same against 429s without Retry-After
+	VariantPostgres      = "postgres"          // Procs worker processes on PostgreSQL
+	VariantNginxNaive    = "nginx-naive"       // the naive loop against nginx limit_req
+	VariantNginxEngine   = "nginx-engine"      // the engine against nginx limit_req
+	VariantNginxRunner   = "nginx-runner"      // `redrive run` against nginx limit_req
+)
+
+// AllVariants lists every variant of Overload in the order it runs them.
+var AllVariants = []string{
+	VariantNaive, VariantEngine, VariantRunner,
+	VariantNaiveNoRA, VariantEngineNoRA, VariantRunnerNoRA,
+	VariantPostgres,
+	VariantNginxNaive, VariantNginxEngine, VariantNginxRunner,
+}
+
+// OverloadOptions configure Overload. Zero values take the stated defaults.
+type OverloadOptions struct {
+	// Items is how many items each variant does. Default 3000.
+	Items int
+	// Workers is how many workers call the server (split across processes in the
+	// postgres variant). Default 32.
+	Workers int
+	// Rate is the limit C in requests per second. Default 50.
+	Rate float64
+	// Burst is the token bucket's size (and nginx's burst). Default: Rate.
+	Burst int
+	// RetryAfter is the Retry-After of the variants that send one. Default 1 s.
+	RetryAfter time.Duration
+	// Variants selects variants by name (see AllVariants). Default: all but those whose
+	// prerequisites are missing (Exe, PostgresURL, Nginx).
+	Variants []string
+	// Limit bounds one variant's time; items not finished by then count as unfinished.
+	// Default 5 minutes.
+	Limit time.Duration
+	// Exe is the redrive command, run for the runner and postgres variants. Default "":
+	// those variants are skipped.
+	Exe string
+	// PostgresURL is the database of the postgres variant, which works in a fresh schema
+	// that it drops afterwards. Default "": that variant is skipped.
+	PostgresURL string
+	// Procs is how many worker processes the postgres variant starts. Default 3.
+	Procs int
+	// Nginx is the nginx program of the nginx variants. Default "": they are skipped.
+	Nginx string
+	// Log receives a line as each variant starts and ends. Default nil: none.
+	Log io.Writer
+}
+
+func (o OverloadOptions) withDefaults() OverloadOptions {
+	if o.Items <= 0 {
+		o.Items = 3000
+	}
+	if o.Workers <= 0 {
+		o.Workers = 32
+	}
+	if o.Rate <= 0 {
+		o.Rate = 50
+	}
+	if o.Burst <= 0 {
+		o.Burst = int(o.Rate)
+	}
+	if o.RetryAfter <= 0 {
+		o.RetryAfter = time.Second
+	}
+	if o.Limit <= 0 {
+		o.Limit = 5 * time.Minute
+	}
+	if o.Procs <= 0 {
+		o.Procs = 3
+	}
+	if o.Log == nil {
+		o.Log = io.Discard
+	}
+	if len(o.Variants) == 0 {
+		for _, v := range AllVariants {
+			switch {
+			case (v == VariantRunner || v == VariantRunnerNoRA || v == VariantNginxRunner || v == VariantPostgres) && o.Exe == "":
+			case v == VariantPostgres && o.PostgresURL == "":
+			case strings.HasPrefix(v, "nginx") && o.Nginx == "":
+			default:
+				o.Variants = append(o.Variants, v)
+			}
+		}
+	}
+	return o
+}
+
+// Overload runs the overload benchmark's variants one after the other, each against a
+// fresh server, and returns what each measured.
+func Overload(ctx context.Context, o OverloadOptions) ([]Result, error) {
+	o = o.withDefaults()
+	for _, v := range o.Variants {
+		if !slices.Contains(AllVariants, v) {
+			return nil, fmt.Errorf("loadbench: unknown variant %q (want one of %s)", v, strings.Join(AllVariants, ", "))
+		}
+	}
+	var out []Result
+	for _, v := range o.Variants {
+		fmt.Fprintf(o.Log, "%s: %s started\n", time.Now().UTC().Format("15:04:05"), v)
+		r, err := runVariant(ctx, o, v)
+		if err != nil {
+			return out, fmt.Errorf("loadbench: variant %s: %w", v, err)
+		}
+		fmt.Fprintf(o.Log, "%s: %s: %d succeeded, %d dead, %d unfinished, %d requests in %.1f s\n",
+			time.Now().UTC().Format("15:04:05"), v, r.Succeeded, r.Dead, r.Unfinished, r.Requests(), r.Elapsed.Seconds())
+		out = append(out, r)
+	}
+	return out, nil
+}
+
+func runVariant(ctx context.Context, o OverloadOptions, v string) (Result, error) {
+	if strings.HasPrefix(v, "nginx") {
+		return runNginxVariant(ctx, o, v)
+	}
+	so := ServerOptions{Rate: o.Rate, Burst: o.Burst, RetryAfter: o.RetryAfter}
+	if strings.HasSuffix(v, "-no-ra") {
+		so.RetryAfter = 0
+	}
+	srv, err := StartServer(so)
+	if err != nil {
+		return Result{}, err
+	}
+	defer srv.Close()
+	r := Result{Name: v, Items: o.Items, Workers: o.Workers, Capacity: o.Rate, Width: srv.Rec.Width}
+	start := time.Now()
+	vctx, cancel := context.WithTimeout(ctx, o.Limit)
+	defer cancel()
+	url := srv.URL + "/v1/complete"
+	var c counts
+	switch v {
+	case VariantNaive, VariantNaiveNoRA:
+		c, err = runNaive(vctx, url, o.Items, o.Workers)
+	case VariantEngine, VariantEngineNoRA:
+		c, err = runEngine(vctx, url, o.Items, o.Workers)
+	case VariantRunner, VariantRunnerNoRA:
+		c, err = runRunner(vctx, o.Exe, url, o.Items, o.Workers)
+	case VariantPostgres:
+		c, err = runProcs(vctx, o, url)
+		r.Workers = o.Procs * perProc(o.Workers, o.Procs)
+	}
+	if err != nil {
+		return r, err
+	}
+	r.Elapsed = time.Since(start)
+	r.Succeeded, r.Dead, r.Canceled, r.Unfinished = c.succeeded, c.dead, c.canceled, o.Items-c.succeeded-c.dead-c.canceled
+	r.Windows, r.Conns = srv.Rec.Windows(), srv.Conns()
+	return r, nil
+}
+
+// counts are the ends of a variant's items.
+type counts struct{ succeeded, dead, canceled int }
+
+// perProc splits workers across procs processes, rounding up.
+func perProc(workers, procs int) int { return (workers + procs - 1) / procs }
