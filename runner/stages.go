@@ -56,7 +56,7 @@ func (s *Spec) handler(st *StageSpec) (redrive.Handler, error) {
 		}
 		return s.execHandler(st, command), nil
 	case st.HTTP != nil:
-		return httpHandler(st), nil
+		return httpHandler(st, s.Workers), nil
 	}
 	return nil, specError(s.File, at(st.Pos, "stage %q has neither exec nor http: it cannot run (a policy-only file can only be previewed)", st.Name))
 }
@@ -263,9 +263,20 @@ var funcs = template.FuncMap{
 	"env": os.Getenv,
 }
 
-func httpHandler(st *StageSpec) redrive.Handler {
+// maxErrorBody bounds what is read of a failed response's body for the error message;
+// the rest is not read and the connection is closed rather than reused.
+const maxErrorBody = 64 << 10
+
+// httpHandler returns the handler of an http stage. Its calls go through a
+// retryhttp.Transport of the stage's own: keep-alive connections pooled (at least
+// workers idle ones per host, so that every worker reuses one), every call to a host
+// paced by what the host answers (a Retry-After holds back the whole stage's calls,
+// 429s slow them down, an outage pauses them), bodies read to the end or closed. The
+// engine owns the retries: inside it the transport makes one attempt per engine attempt.
+func httpHandler(st *StageSpec, workers int) redrive.Handler {
 	h := st.HTTP
-	client := &http.Client{} // the stage's timeout bounds each attempt through ctx
+	// The stage's timeout bounds each attempt through ctx.
+	client := &http.Client{Transport: &retryhttp.Transport{MaxIdleConnsPerHost: max(workers, retryhttp.DefaultMaxIdleConnsPerHost)}}
 	return func(ctx context.Context, item *redrive.Item) ([]byte, error) {
 		var data any
 		if err := json.Unmarshal(item.Payload, &data); err != nil {
@@ -306,11 +317,12 @@ func httpHandler(st *StageSpec) redrive.Handler {
 			return nil, classed(o, fmt.Errorf("%s %s: %w", h.Method, redactURL(url), err))
 		}
 		defer resp.Body.Close()
-		b, rerr := io.ReadAll(io.LimitReader(resp.Body, maxOutput+1))
 		if resp.StatusCode < 200 || resp.StatusCode > 299 {
+			b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBody))
 			o := retryhttp.Classify(resp, nil)
 			return nil, classed(o, fmt.Errorf("HTTP %s: %s", resp.Status, snippet(bytes.TrimSpace(b))))
 		}
+		b, rerr := io.ReadAll(io.LimitReader(resp.Body, maxOutput+1))
 		if rerr != nil {
 			if ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded) {
 				return nil, ctx.Err()

@@ -52,7 +52,7 @@ http {
   log_format bench '$msec $status $connection';
   access_log %[1]s/access.log bench buffer=256k flush=1s;
   keepalive_requests 100000;
-  limit_req_zone $server_name zone=api:1m rate=%[2]dr/s;
+  limit_req_zone $server_addr zone=api:1m rate=%[2]dr/s;
   limit_req_status 429;
   upstream backend { server %[3]s; keepalive 64; }
   server {

@@ -11,16 +11,16 @@ import (
 
 // The variants of Overload.
 const (
-	VariantNaive         = "naive"             // 32 goroutines, a fixed 100 ms after a 429
-	VariantNaiveNoRA     = "naive-no-ra"       // the same against 429s without Retry-After
-	VariantEngine        = "engine"            // the Go engine, a handler over retryhttp.Transport
-	VariantEngineNoRA    = "engine-no-ra"      // the same against 429s without Retry-After
-	VariantRunner        = "runner"            // `redrive run`, an http stage
-	VariantRunnerNoRA    = "runner-no-ra"      // the same against 429s without Retry-After
-	VariantPostgres      = "postgres"          // Procs worker processes on PostgreSQL
-	VariantNginxNaive    = "nginx-naive"       // the naive loop against nginx limit_req
-	VariantNginxEngine   = "nginx-engine"      // the engine against nginx limit_req
-	VariantNginxRunner   = "nginx-runner"      // `redrive run` against nginx limit_req
+	VariantNaive       = "naive"        // 32 goroutines, a fixed 100 ms after a 429
+	VariantNaiveNoRA   = "naive-no-ra"  // the same against 429s without Retry-After
+	VariantEngine      = "engine"       // the Go engine, a handler over retryhttp.Transport
+	VariantEngineNoRA  = "engine-no-ra" // the same against 429s without Retry-After
+	VariantRunner      = "runner"       // `redrive run`, an http stage
+	VariantRunnerNoRA  = "runner-no-ra" // the same against 429s without Retry-After
+	VariantPostgres    = "postgres"     // Procs worker processes on PostgreSQL
+	VariantNginxNaive  = "nginx-naive"  // the naive loop against nginx limit_req
+	VariantNginxEngine = "nginx-engine" // the engine against nginx limit_req
+	VariantNginxRunner = "nginx-runner" // `redrive run` against nginx limit_req
 )
 
 // AllVariants lists every variant of Overload in the order it runs them.

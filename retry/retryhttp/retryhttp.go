@@ -3,7 +3,8 @@
 // classified errors (StatusError) and provides a retrying http.RoundTripper (Transport).
 //
 // Classification (the defaults of Classifier): 429 and 503 with a valid Retry-After are
-// rate-limited with the parsed wait; 408, 425, 429, 500, 502, 503 and 504 are retryable,
+// rate-limited with the parsed wait, and 429 without one is rate-limited with no wait (the
+// retrying layer then waits a growing delay, without spending attempts); 408, 425, 429, 500, 502, 503 and 504 are retryable,
 // as are other 5xx except 501 and 505; other 4xx are final; transport errors are
 // classified by retry.Network, then retry.DefaultClassifier.
 package retryhttp
@@ -59,6 +60,7 @@ var (
 	defaultRetryable   = []int{408, 425, 429, 500, 502, 503, 504}
 	defaultRateLimited = []int{429, 503}
 	defaultFinal5xx    = []int{501, 505}
+	defaultThrottled   = []int{429}
 )
 
 // Classifier classifies HTTP responses. The zero value uses the defaults documented on
@@ -70,6 +72,10 @@ type Classifier struct {
 	// RateLimited lists statuses whose valid Retry-After makes them rate-limited;
 	// nil means 429, 503.
 	RateLimited []int
+	// Throttled lists statuses that are rate-limited even without a valid Retry-After
+	// (with no wait of their own: the retrying layer waits a growing delay); nil means 429.
+	// A status must also be in RateLimited.
+	Throttled []int
 	// Final5xx lists 5xx statuses that are final; nil means 501, 505.
 	Final5xx []int
 	// Now returns the current time for HTTP-date Retry-After values; nil means time.Now.
@@ -111,6 +117,9 @@ func (c *Classifier) Classify(resp *http.Response, err error) retry.Outcome {
 			if d, ok := ParseRetryAfter(v, now()); ok {
 				return retry.Outcome{Class: retry.ClassRateLimited, RetryAfter: d}
 			}
+		}
+		if slices.Contains(orDefault(c.Throttled, defaultThrottled), code) {
+			return retry.Outcome{Class: retry.ClassRateLimited}
 		}
 	}
 	switch {

@@ -88,8 +88,8 @@ func TestClassify(t *testing.T) {
 		{resp(304, ""), F, 0},
 		{resp(429, "7"), L, 7 * time.Second},
 		{resp(503, "3"), L, 3 * time.Second},
-		{resp(429, ""), R, 0},
-		{resp(429, "junk"), R, 0},
+		{resp(429, ""), L, 0}, // rate limited without a wait: the caller backs off
+		{resp(429, "junk"), L, 0},
 		{resp(503, ""), R, 0},
 		{resp(500, "5"), R, 0},
 		{resp(408, ""), R, 0}, {resp(425, ""), R, 0}, {resp(502, ""), R, 0}, {resp(504, ""), R, 0},

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"io"
 	"net/http"
+	"sync"
+	"time"
 
 	"github.com/redrive/redrive/retry"
 )
@@ -13,7 +15,37 @@ import (
 // closing it (so the connection can be reused) when Transport.MaxDrain is 0.
 const DefaultMaxDrain = 64 << 10
 
-// Transport is an http.RoundTripper that retries failed exchanges per Policy.
+// DefaultMaxIdleConnsPerHost is how many idle keep-alive connections per host the pooled
+// base of a Transport keeps when Transport.MaxIdleConnsPerHost is 0: enough for the
+// workers of a busy client, where http.DefaultTransport keeps 2 and so opens a new
+// connection for almost every call of more than 2 concurrent callers.
+const DefaultMaxIdleConnsPerHost = 64
+
+// Transport is an http.RoundTripper that retries failed exchanges per Policy and paces the
+// calls to each host by what the host answers. Its zero value is ready to use and safe by
+// default:
+//
+//   - Calls reuse keep-alive connections: with a nil Base, Transport sends through a pooled
+//     *http.Transport of its own that keeps MaxIdleConnsPerHost idle connections per host,
+//     and every failed body it does not return is drained (up to MaxDrain bytes) and closed.
+//   - Rate limits slow every call to the host, not just the one that got them (flow
+//     control, per host, unless NoFlowControl): calls start at 10 per second and speed up
+//     by one per second with each success until the host first pushes back (a slow start);
+//     a 429, or any status with a Retry-After, cuts the rate by 30 % (at most once per
+//     round of calls, never below 1 per second) and successes then raise it by about 2
+//     calls per second each second. A Retry-After closes a gate: no call to the host goes
+//     out before it ends (capped at Policy.MaxRateLimitWait, default 5 minutes), and when
+//     it opens the waiting calls leave one by one at the adapted rate; a 429 without
+//     Retry-After closes it for 100 ms, doubling with each such answer in a row up to 10 s.
+//   - An outage pauses the host: after 3 failures in a row (5xx without Retry-After,
+//     transport errors) calls wait while one probe at a time tests the host, after a pause
+//     that grows from 250 ms to at most 1 s; the first answer that is not a failure
+//     reopens it.
+//   - Retries honour a budget: with a nil Policy.Budget, a Budget of the Transport's own
+//     at retry.BudgetOptions defaults (retries at most 10 % of requests, plus 1 per
+//     second) grants every retry, so that an outage is not multiplied.
+//
+// A Transport must not be copied after first use.
 //
 // Only requests that are safe to repeat are retried: idempotent methods (GET, HEAD,
 // OPTIONS, TRACE, PUT, DELETE), and other methods (POST, PATCH) that carry an
@@ -41,13 +73,105 @@ type Transport struct {
 	RetryNonIdempotent bool
 	// MaxDrain bounds the bytes read from a failed body before closing it; 0 means 64 KiB.
 	MaxDrain int64
+	// MaxIdleConnsPerHost is the idle keep-alive connections per host of the pooled base
+	// used when Base is nil; 0 means DefaultMaxIdleConnsPerHost (64). Size it to the
+	// number of concurrent callers when they are more.
+	MaxIdleConnsPerHost int
+	// NoFlowControl turns off the pacing, gate and outage pause described above; retries
+	// still follow Policy. False by default.
+	NoFlowControl bool
+
+	once   sync.Once
+	pool   *http.Transport // the base when Base is nil
+	budget *retry.Budget   // the budget when Policy.Budget is nil
+	mu     sync.Mutex
+	flows  map[string]*flow // by host
+}
+
+func (t *Transport) init() {
+	t.once.Do(func() {
+		if t.Base == nil {
+			tr := http.DefaultTransport.(*http.Transport).Clone()
+			tr.MaxIdleConnsPerHost = t.MaxIdleConnsPerHost
+			if tr.MaxIdleConnsPerHost <= 0 {
+				tr.MaxIdleConnsPerHost = DefaultMaxIdleConnsPerHost
+			}
+			tr.MaxIdleConns = 0 // no limit across hosts: the per-host one bounds them
+			t.pool = tr
+		}
+		if t.Policy.Budget == nil {
+			t.budget = retry.NewBudget(retry.BudgetOptions{})
+		}
+		t.flows = map[string]*flow{}
+	})
 }
 
 func (t *Transport) base() http.RoundTripper {
 	if t.Base != nil {
 		return t.Base
 	}
-	return http.DefaultTransport
+	return t.pool
+}
+
+// CloseIdleConnections closes the idle connections of the base transport, when it has
+// such a method (the pooled base does), so that http.Client.CloseIdleConnections works.
+func (t *Transport) CloseIdleConnections() {
+	t.init()
+	if c, ok := t.base().(interface{ CloseIdleConnections() }); ok {
+		c.CloseIdleConnections()
+	}
+}
+
+// flowFor returns the flow of a host, or nil without flow control.
+func (t *Transport) flowFor(host string) *flow {
+	if t.NoFlowControl {
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	f := t.flows[host]
+	if f == nil {
+		f = newFlow()
+		t.flows[host] = f
+	}
+	return f
+}
+
+// send sends one attempt through the host's flow.
+func (t *Transport) send(req *http.Request, cl *Classifier) (*http.Response, error) {
+	f := t.flowFor(req.URL.Host)
+	if f == nil {
+		return t.base().RoundTrip(req)
+	}
+	sent, probe, err := f.acquire(req.Context())
+	if err != nil {
+		return nil, err
+	}
+	resp, err := t.base().RoundTrip(req)
+	s, after := sigSuccess, time.Duration(0)
+	switch {
+	case err != nil && req.Context().Err() != nil:
+		s = sigCancelled
+	case err != nil:
+		s = sigFailure
+	default:
+		o := cl.Classify(resp, nil)
+		switch {
+		case o.Class == retry.ClassRateLimited || resp.StatusCode == http.StatusTooManyRequests:
+			s, after = sigPushback, min(o.RetryAfter, t.maxRateLimitWait())
+		case o.Class == retry.ClassRetryable && resp.StatusCode >= 500:
+			s = sigFailure
+		}
+	}
+	f.record(sent, probe, s, after)
+	return resp, err
+}
+
+func (t *Transport) maxRateLimitWait() time.Duration {
+	if t.Policy.MaxRateLimitWait > 0 {
+		return t.Policy.MaxRateLimitWait
+	}
+	return retry.DefaultMaxRateLimitWait
 }
 
 // Retriable reports whether t may send req more than once.
@@ -80,15 +204,19 @@ func (t *Transport) drain(resp *http.Response) {
 
 // RoundTrip implements http.RoundTripper.
 func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
-	if !t.Retriable(req) {
-		return t.base().RoundTrip(req)
-	}
+	t.init()
 	cl := t.Classifier
 	if cl == nil {
 		cl = &Classifier{}
 	}
+	if !t.Retriable(req) {
+		return t.send(req, cl)
+	}
 	var last *http.Response // the failed response of the last attempt, still open
 	p := t.Policy
+	if p.Budget == nil {
+		p.Budget = t.budget
+	}
 	userOnRetry := p.OnRetry
 	p.OnRetry = func(e retry.Event) {
 		t.drain(last) // it will be retried: free the connection
@@ -111,7 +239,7 @@ func (t *Transport) RoundTrip(req *http.Request) (*http.Response, error) {
 				r.Body = body
 			}
 		}
-		resp, err := t.base().RoundTrip(r)
+		resp, err := t.send(r, cl)
 		if err != nil {
 			return nil, err
 		}

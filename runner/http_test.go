@@ -1,0 +1,88 @@
+package runner_test
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+
+	"github.com/redrive/redrive/runner"
+)
+
+type connCounter struct {
+	net.Listener
+	n *atomic.Int64
+}
+
+func (l connCounter) Accept() (net.Conn, error) {
+	c, err := l.Listener.Accept()
+	if err == nil {
+		l.n.Add(1)
+	}
+	return c, err
+}
+
+// TestHTTPStageReusesConnections: an http stage with 16 workers, whose server answers
+// one request in ten 500 with a body (the error path), opens at most 2 connections per
+// worker for 300 items.
+func TestHTTPStageReusesConnections(t *testing.T) {
+	const workers, items = 16, 300
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var conns, calls atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		if calls.Add(1)%10 == 0 {
+			w.WriteHeader(500)
+			io.WriteString(w, `{"error":"`+strings.Repeat("e", 8<<10)+`"}`)
+			return
+		}
+		io.WriteString(w, `{"ok":true,"pad":"`+strings.Repeat("x", 8<<10)+`"}`)
+	})}
+	go func() { _ = srv.Serve(connCounter{ln, &conns}) }()
+	t.Cleanup(func() { srv.Close() })
+
+	dir := t.TempDir()
+	yaml := fmt.Sprintf(`name: calls
+workers: %d
+stages:
+  - name: call
+    http:
+      method: POST
+      url: "http://%s/v1"
+    retry: {max_attempts: 5, base: 10ms, max_delay: 50ms}
+`, workers, ln.Addr())
+	if err := os.WriteFile(filepath.Join(dir, "p.yaml"), []byte(yaml), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var in strings.Builder
+	for i := range items {
+		fmt.Fprintf(&in, `{"id":"i%d","n":%d}`+"\n", i, i)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "items.jsonl"), []byte(in.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	spec, err := runner.LoadFile(filepath.Join(dir, "p.yaml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	sum, err := runner.Execute(context.Background(), spec, runner.Options{Input: filepath.Join(dir, "items.jsonl"), DB: "sqlite:" + filepath.Join(dir, "r.db")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if sum.Counts.Succeeded != items {
+		t.Fatalf("counts %+v", sum.Counts)
+	}
+	if c := conns.Load(); c > 2*workers {
+		t.Errorf("%d connections for %d workers, want <= %d", c, workers, 2*workers)
+	}
+	t.Logf("%d connections, %d calls for %d items", conns.Load(), calls.Load(), items)
+}
