@@ -2,9 +2,11 @@
 // demos and tests of retry policies: POST /v1/complete takes
 // {"prompt": "..."} and answers {"completion": "..."}, except that, at the
 // configured rates, it answers 429 with Retry-After, 500, too slowly, or
-// with malformed JSON. The answers are deterministic given --seed.
+// with malformed JSON, and, with --limit, answers 429 to requests over a
+// real rate limit (a token bucket). The random answers are deterministic
+// given --seed.
 //
-//	flakyapi --addr 127.0.0.1:8089 --rate-429 0.1 --rate-500 0.05 --seed 7
+//	flakyapi --addr 127.0.0.1:8089 --limit 100 --rate-429 0.1 --rate-500 0.05 --seed 7
 //
 // With --addr-file it writes the address it listens on (useful with port 0)
 // to that file once it accepts connections.
@@ -37,6 +39,8 @@ func main() {
 	flag.DurationVar(&o.RetryAfter, "retry-after", time.Second, "wait announced by 429 answers (whole seconds)")
 	flag.DurationVar(&o.Slow, "slow", 5*time.Second, "how long slow answers take")
 	flag.Uint64Var(&o.Seed, "seed", 1, "seed of the deterministic failures")
+	flag.Float64Var(&o.Limit, "limit", 0, "requests per second accepted (a token bucket; over it: 429 with Retry-After); 0 means no limit")
+	flag.IntVar(&o.Burst, "burst", 0, "the token bucket's size (default: --limit)")
 	flag.Parse()
 	if err := o.Validate(); err != nil {
 		fmt.Fprintln(os.Stderr, "flakyapi:", err)
@@ -57,8 +61,8 @@ func serve(addr, addrFile string, o flaky.Options) error {
 			return fmt.Errorf("write address file: %w", err)
 		}
 	}
-	log.Printf("flakyapi: listening on http://%s (429 %.0f%%, 500 %.0f%%, slow %.0f%%, malformed %.0f%%, seed %d)",
-		ln.Addr(), o.Rate429*100, o.Rate500*100, o.RateSlow*100, o.RateMalformed*100, o.Seed)
+	log.Printf("flakyapi: listening on http://%s (limit %g/s, 429 %.0f%%, 500 %.0f%%, slow %.0f%%, malformed %.0f%%, seed %d)",
+		ln.Addr(), o.Limit, o.Rate429*100, o.Rate500*100, o.RateSlow*100, o.RateMalformed*100, o.Seed)
 	srv := &http.Server{Handler: flaky.NewHandler(o), ReadHeaderTimeout: 10 * time.Second}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()

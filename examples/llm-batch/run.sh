@@ -25,9 +25,12 @@ echo "== building redrive, flakyapi and llmtool into $bin"
 mkdir -p "$bin"
 (cd "$root" && go build -o "$bin/" ./cmd/redrive ./examples/flakyapi ./examples/llm-batch/llmtool)
 
-echo "== starting flakyapi (10% 429 with Retry-After: 1s, 5% 500, 2% slow, 1% malformed JSON)"
+# The model API enforces a real rate limit, as a provider's quota does: a token
+# bucket of 100 requests/s (burst 100) that answers 429 with Retry-After beyond
+# it. Its random faults come on top: 5 % 500, 2 % too slow, 1 % malformed JSON.
+echo "== starting flakyapi (limit ${LIMIT:-100} requests/s; 5% 500, 2% slow, 1% malformed JSON)"
 "$bin/flakyapi" --addr 127.0.0.1:0 --addr-file "$work/addr" \
-	--rate-429 0.10 --rate-500 0.05 --rate-slow 0.02 --rate-malformed 0.01 \
+	--limit "${LIMIT:-100}" --rate-429 0 --rate-500 0.05 --rate-slow 0.02 --rate-malformed 0.01 \
 	--retry-after 1s --slow 2s --seed "${SEED:-1}" 2>"$work/flakyapi.log" &
 api_pid=$!
 i=0

@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync/atomic"
 	"time"
+
+	"github.com/redrive/redrive/internal/tokenbucket"
 )
 
 // ServerOptions configure a Server. Zero values take the stated defaults.
@@ -40,7 +42,7 @@ type Server struct {
 	Rec *Recorder
 
 	opts   ServerOptions
-	bucket *Bucket
+	bucket *tokenbucket.Bucket
 	conns  atomic.Int64
 	srv    *http.Server
 	done   chan struct{}
@@ -61,7 +63,7 @@ func StartServer(o ServerOptions) (*Server, error) {
 	now := time.Now()
 	s := &Server{URL: "http://" + ln.Addr().String(), Rec: NewRecorder(now, o.Window), opts: o, done: make(chan struct{})}
 	if o.Rate > 0 {
-		s.bucket = NewBucket(o.Rate, o.Burst, now)
+		s.bucket = tokenbucket.New(o.Rate, o.Burst, now)
 	}
 	s.srv = &http.Server{Handler: s, ReadHeaderTimeout: 10 * time.Second}
 	go func() {

@@ -4,10 +4,16 @@
 // configured rates. It backs the flakyapi command, the llm-batch example
 // and the runner's tests.
 //
-// The answers are deterministic given the seed: the answer to a request
-// depends only on Options.Seed, the request body and how many times that
-// same body was received before, not on the order in which concurrent
-// requests arrive.
+// Besides the random faults it can enforce a real rate limit (Options.Limit):
+// a token bucket shared by all clients, which answers 429 with the
+// Retry-After of the next free token once the rate is exceeded, as a model
+// provider's quota does.
+//
+// The random answers are deterministic given the seed: the answer to a
+// request let through by the rate limit depends only on Options.Seed, the
+// request body and how many times that same body was let through before,
+// not on the order in which concurrent requests arrive. Whether a request
+// is over the limit depends on timing.
 package flaky
 
 import (
@@ -23,6 +29,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/redrive/redrive/internal/tokenbucket"
 )
 
 // Options configure the handler. Zero values take the stated defaults; all
@@ -46,6 +54,13 @@ type Options struct {
 	Slow time.Duration
 	// Seed makes the answers deterministic. Default 0 (itself a fixed seed).
 	Seed uint64
+	// Limit is the requests per second POST /v1/complete accepts, enforced
+	// by a token bucket before any random fault; requests over it are
+	// answered 429 with a Retry-After of whole seconds (at least 1) until
+	// the next token. Default 0: no limit.
+	Limit float64
+	// Burst is the token bucket's size. Default: Limit.
+	Burst int
 }
 
 // Validate reports rates outside [0, 1] or summing above 1, and negative
@@ -67,6 +82,9 @@ func (o Options) Validate() error {
 	if o.RetryAfter < 0 || o.Slow < 0 {
 		return fmt.Errorf("flaky: negative retry-after or slow duration")
 	}
+	if math.IsNaN(o.Limit) || o.Limit < 0 || o.Burst < 0 {
+		return fmt.Errorf("flaky: negative limit or burst")
+	}
 	return nil
 }
 
@@ -81,6 +99,9 @@ const (
 	KindSlow       Kind = "slow"
 	KindMalformed  Kind = "malformed"
 	KindBadRequest Kind = "400"
+	// KindOverLimit is a 429 of the rate limit (Options.Limit), not a
+	// random one.
+	KindOverLimit Kind = "over_limit"
 )
 
 // Request is the body POST /v1/complete expects.
@@ -107,6 +128,8 @@ type Handler struct {
 	opts Options
 	mux  *http.ServeMux
 
+	bucket *tokenbucket.Bucket // nil without a limit
+
 	mu     sync.Mutex
 	seen   map[[32]byte]uint64
 	counts map[Kind]int
@@ -123,6 +146,13 @@ func NewHandler(o Options) *Handler {
 		o.Slow = 5 * time.Second
 	}
 	h := &Handler{opts: o, mux: http.NewServeMux(), seen: map[[32]byte]uint64{}, counts: map[Kind]int{}}
+	if o.Limit > 0 {
+		burst := o.Burst
+		if burst <= 0 {
+			burst = int(math.Ceil(o.Limit))
+		}
+		h.bucket = tokenbucket.New(o.Limit, burst, time.Now())
+	}
 	h.mux.HandleFunc("POST /v1/complete", h.complete)
 	h.mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) {
 		w.Header().Set("Content-Type", "text/plain")
@@ -198,6 +228,15 @@ func (h *Handler) complete(w http.ResponseWriter, r *http.Request) {
 		}
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": msg})
 		return
+	}
+	if h.bucket != nil {
+		if ok, wait := h.bucket.Take(time.Now()); !ok {
+			h.count(KindOverLimit)
+			secs := int64(math.Ceil(wait.Seconds()))
+			w.Header().Set("Retry-After", strconv.FormatInt(max(secs, 1), 10))
+			writeJSON(w, http.StatusTooManyRequests, map[string]string{"error": "rate limit exceeded: " + strconv.FormatFloat(h.opts.Limit, 'g', -1, 64) + " requests/s"})
+			return
+		}
 	}
 	sum := sha256.Sum256(body)
 	h.mu.Lock()

@@ -1,4 +1,7 @@
-package loadbench
+// Package tokenbucket is the token bucket of the loopback servers that play a rate-limited
+// dependency: the benchmarks' server (internal/loadbench) and the main job's flaky model API
+// (examples/flakyapi).
+package tokenbucket
 
 import (
 	"sync"
@@ -15,9 +18,9 @@ type Bucket struct {
 	last   time.Time
 }
 
-// NewBucket returns a full bucket of burst tokens refilled at rate per second. A burst
+// New returns a full bucket of burst tokens refilled at rate per second. A burst
 // below 1 is taken as 1.
-func NewBucket(rate float64, burst int, now time.Time) *Bucket {
+func New(rate float64, burst int, now time.Time) *Bucket {
 	b := float64(max(burst, 1))
 	return &Bucket{rate: rate, burst: b, tokens: b, last: now}
 }
