@@ -88,12 +88,12 @@ func (f *flow) acquire(ctx context.Context) (time.Time, bool, error) {
 		if f.gate.After(at) {
 			at = f.gate
 		}
-		wait := false
+		wait, reserved := false, false
 		switch {
 		case f.probing && f.probeOut:
 			wait = true // the probe's answer decides
 		case at.After(now):
-			// the gate is closed; come back when it opens
+			// the gate is closed: come back when it opens, and take a slot then
 		case f.probing:
 			f.probeOut = true
 			f.mu.Unlock()
@@ -108,7 +108,7 @@ func (f *flow) acquire(ctx context.Context) (time.Time, bool, error) {
 				f.mu.Unlock()
 				return now, false, nil
 			}
-			at = slot // reserved: go at slot unless the gate moves past it
+			at, reserved = slot, true // go at slot unless the gate closes before it
 		}
 		f.mu.Unlock()
 		var fire <-chan time.Time
@@ -125,7 +125,7 @@ func (f *flow) acquire(ctx context.Context) (time.Time, bool, error) {
 			return time.Time{}, false, ctx.Err()
 		case <-changed:
 		case <-fire:
-			if !wait && !at.Equal(now) {
+			if reserved {
 				f.mu.Lock()
 				ok := !f.gate.After(time.Now()) && !f.probing
 				f.mu.Unlock()
