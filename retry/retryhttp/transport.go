@@ -29,14 +29,15 @@ const DefaultMaxIdleConnsPerHost = 64
 //     *http.Transport of its own that keeps MaxIdleConnsPerHost idle connections per host,
 //     and every failed body it does not return is drained (up to MaxDrain bytes) and closed.
 //   - Rate limits slow every call to the host, not just the one that got them (flow
-//     control, per host, unless NoFlowControl): calls start at 10 per second and speed up
-//     by one per second with each success until the host first pushes back (a slow start);
-//     a 429, or any status with a Retry-After, cuts the rate by 30 % (at most once per
-//     round of calls, never below 1 per second) and successes then raise it by about 2
-//     calls per second each second. A Retry-After closes a gate: no call to the host goes
-//     out before it ends (capped at Policy.MaxRateLimitWait, default 5 minutes), and when
-//     it opens the waiting calls leave one by one at the adapted rate; a 429 without
-//     Retry-After closes it for 100 ms, doubling with each such answer in a row up to 10 s.
+//     control, per host, unless NoFlowControl), through a retry.Limiter at its defaults:
+//     a slow start (4 calls in flight, one more per success) until the host first pushes
+//     back; then a 429, or any status with a Retry-After, cuts the rate by 30 % (at most
+//     once per round of calls, never below 1 per second) and successes raise it again
+//     (AIMD). A Retry-After closes a retry.Gate: no call to the host goes out before it
+//     ends (capped at Policy.MaxRateLimitWait, default 5 minutes), and when it opens the
+//     waiting calls leave one by one at the adapted rate, from a random point of the
+//     first interval; a 429 without Retry-After closes it for 100 ms, doubling with each
+//     such answer in a row up to 10 s.
 //   - An outage pauses the host: after 3 failures in a row (5xx without Retry-After,
 //     transport errors) calls wait while one probe at a time tests the host, after a pause
 //     that grows from 250 ms to at most 1 s; the first answer that is not a failure
@@ -143,7 +144,7 @@ func (t *Transport) send(req *http.Request, cl *Classifier) (*http.Response, err
 	if f == nil {
 		return t.base().RoundTrip(req)
 	}
-	sent, probe, err := f.acquire(req.Context())
+	permit, probe, err := f.acquire(req.Context())
 	if err != nil {
 		return nil, err
 	}
@@ -163,7 +164,7 @@ func (t *Transport) send(req *http.Request, cl *Classifier) (*http.Response, err
 			s = sigFailure
 		}
 	}
-	f.record(sent, probe, s, after)
+	f.record(permit, probe, s, after)
 	return resp, err
 }
 
