@@ -60,6 +60,18 @@ func (r Result) PeakRatio() float64 {
 	return float64(MaxArrivals(r.Windows)) / (r.Capacity * r.Width.Seconds())
 }
 
+// WindowsAbove returns how many windows had more arrivals than factor × what Capacity
+// allows in one window.
+func (r Result) WindowsAbove(factor float64) int {
+	n := 0
+	for _, w := range r.Windows {
+		if float64(w.Arrivals) > factor*r.Capacity*r.Width.Seconds() {
+			n++
+		}
+	}
+	return n
+}
+
 // ConnsPerWorker returns the connections accepted per worker.
 func (r Result) ConnsPerWorker() float64 { return float64(r.Conns) / float64(max(r.Workers, 1)) }
 
@@ -76,15 +88,15 @@ func (r Result) MeetsGoals() bool {
 
 // WriteTable writes results as a Markdown table.
 func WriteTable(w io.Writer, rs []Result) {
-	fmt.Fprintln(w, "| variant | items | succeeded | dead | unfinished | success rate / C | 429 share | max 100 ms window / C | connections / workers | calls per item | time | goals |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|")
+	fmt.Fprintln(w, "| variant | items | succeeded | dead | unfinished | success rate / C | 429 share | max 100 ms window / C | windows > 2 C | connections / workers | calls per item | time | goals |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|---|---|")
 	for _, r := range rs {
 		goals := "no"
 		if r.MeetsGoals() {
 			goals = "met"
 		}
-		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %.2f | %.1f %% | %.1f | %d / %d = %.2f | %.2f | %.1f s | %s |\n",
+		fmt.Fprintf(w, "| %s | %d | %d | %d | %d | %.2f | %.1f %% | %.1f | %d | %d / %d = %.2f | %.2f | %.1f s | %s |\n",
 			r.Name, r.Items, r.Succeeded, r.Dead, r.Unfinished, r.SuccessRate(), 100*r.LimitedShare(), r.PeakRatio(),
-			r.Conns, r.Workers, r.ConnsPerWorker(), r.CallsPerItem(), r.Elapsed.Seconds(), goals)
+			r.WindowsAbove(2), r.Conns, r.Workers, r.ConnsPerWorker(), r.CallsPerItem(), r.Elapsed.Seconds(), goals)
 	}
 }
