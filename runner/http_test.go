@@ -11,6 +11,7 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/redrive/redrive/runner"
 )
@@ -40,6 +41,7 @@ func TestHTTPStageReusesConnections(t *testing.T) {
 	var conns, calls atomic.Int64
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		_, _ = io.Copy(io.Discard, r.Body)
+		time.Sleep(5 * time.Millisecond) // the work: keeps the workers' calls overlapping
 		if calls.Add(1)%10 == 0 {
 			w.WriteHeader(500)
 			io.WriteString(w, `{"error":"`+strings.Repeat("e", 8<<10)+`"}`)

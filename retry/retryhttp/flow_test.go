@@ -97,8 +97,9 @@ func hammer(t *testing.T, rt http.RoundTripper, url string, workers, n int) int6
 // open at most 2 connections per caller; through http.DefaultTransport's pool (2 idle
 // connections per host) the same load opens many more.
 func TestTransportReusesConnections(t *testing.T) {
-	const workers, n = 32, 4
+	const workers, n = 32, 20
 	handler := func(i int, w http.ResponseWriter, r *http.Request) {
+		time.Sleep(5 * time.Millisecond) // the work: keeps the callers' calls overlapping
 		if i%10 == 0 {
 			w.WriteHeader(500)
 			io.WriteString(w, strings.Repeat("e", 8<<10))
@@ -107,7 +108,9 @@ func TestTransportReusesConnections(t *testing.T) {
 		io.WriteString(w, strings.Repeat("x", 8<<10))
 	}
 	s := newConnServer(t, handler)
-	tr := &Transport{Policy: fastPolicy(5)}
+	p := fastPolicy(5)
+	p.Budget = retry.NewBudget(retry.BudgetOptions{Ratio: 1}) // this test is about connections
+	tr := &Transport{Policy: p}
 	defer tr.CloseIdleConnections()
 	if ok := hammer(t, tr, s.URL, workers, n); ok != workers*n {
 		t.Fatalf("%d of %d calls succeeded", ok, workers*n)
@@ -120,7 +123,7 @@ func TestTransportReusesConnections(t *testing.T) {
 	old := newConnServer(t, handler)
 	base := http.DefaultTransport.(*http.Transport).Clone() // what a nil Base used to be
 	defer base.CloseIdleConnections()
-	hammer(t, &Transport{Base: base, Policy: fastPolicy(5), NoFlowControl: true}, old.URL, workers, n)
+	hammer(t, &Transport{Base: base, Policy: p, NoFlowControl: true}, old.URL, workers, n)
 	if c := old.conns.Load(); c <= 2*workers {
 		t.Errorf("http.DefaultTransport's pool: %d connections, expected more than %d (the test does not discriminate)", c, 2*workers)
 	}
