@@ -189,7 +189,8 @@ func TestTransport429WithoutRetryAfterBacksOff(t *testing.T) {
 		}
 		io.WriteString(w, "ok")
 	})
-	tr := &Transport{Policy: retry.Policy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond}}
+	tr := &Transport{Policy: retry.Policy{MaxAttempts: 1, BaseDelay: time.Millisecond, MaxDelay: time.Millisecond,
+		Budget: retry.NewBudget(retry.BudgetOptions{MinPerSecond: 1000})}} // the gate's pause is tested, not the budget
 	defer tr.CloseIdleConnections()
 	resp, err := (&http.Client{Transport: tr}).Get(s.URL)
 	if err != nil {

@@ -152,8 +152,12 @@ func newServer(t *testing.T, h func(n int32, w http.ResponseWriter, r *http.Requ
 	return s
 }
 
+// fastPolicy retries n times within milliseconds. Its budget is generous: these tests are
+// about retrying, and the Transport's default budget grants a lone caller about one retry
+// a second.
 func fastPolicy(n int) retry.Policy {
-	return retry.Policy{MaxAttempts: n, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, JitterMode: retry.JitterNone}
+	return retry.Policy{MaxAttempts: n, BaseDelay: time.Millisecond, MaxDelay: 5 * time.Millisecond, JitterMode: retry.JitterNone,
+		Budget: retry.NewBudget(retry.BudgetOptions{MinPerSecond: 1000})}
 }
 
 func TestTransportRateLimitedThenOK(t *testing.T) {
