@@ -28,8 +28,9 @@ type Store interface {
 
 	// Claim leases up to req.Limit due pending items: state pending,
 	// NextAt at or before req.Now, ordered by priority (higher first), then
-	// enqueue time, then ID, so that due retries and new items compete by
-	// enqueue time.
+	// order time (Item.OrderAt, by default the enqueue time), then ID, so
+	// that due retries and new items compete by order time. Its cost does
+	// not grow with the number of pending items that are not due yet.
 	Claim(ctx context.Context, req ClaimRequest) ([]Lease, error)
 	// ClaimExpired takes over up to req.Limit running items whose lease
 	// expired before req.Now, with a new token, so a rescuer can record

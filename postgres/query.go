@@ -233,12 +233,15 @@ func (s *Store) TopErrors(ctx context.Context, f redrive.ErrorFilter) ([]redrive
 }
 
 // OldestDue returns the smallest NextAt of the pending items due at now, or
-// the zero time when none is due. Pending items hold no lease: the
-// condition on it only selects the index items_pending_next_at.
+// the zero time when none is due: the first entry of each half (ready and
+// waiting) of items_waiting. Pending items hold no lease: the condition on
+// it only selects that index.
 func (s *Store) OldestDue(ctx context.Context, now time.Time) (time.Time, error) {
 	var t *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT min(next_at) FROM `+s.q+`.items
-		WHERE state = 'pending' AND lease_expires_at IS NULL AND next_at <= $1`, now).Scan(&t)
+	err := s.pool.QueryRow(ctx, `SELECT least(
+		(SELECT min(next_at) FROM `+s.q+`.items WHERE state = 'pending' AND lease_expires_at IS NULL AND ready AND next_at <= $1),
+		(SELECT min(next_at) FROM `+s.q+`.items WHERE state = 'pending' AND lease_expires_at IS NULL AND NOT ready AND next_at <= $1))`,
+		now).Scan(&t)
 	if err != nil {
 		return time.Time{}, s.fail("oldest due", err)
 	}
@@ -270,6 +273,7 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 	upd AS (
 		UPDATE ` + s.q + `.items i SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
 			next_at = ` + nowP + `::timestamptz + (num.n * ` + ivP + `::bigint) * interval '1 microsecond',
+			ready = num.n * ` + ivP + `::bigint <= 0,
 			updated_at = ` + nowP + `, lease_owner = '', lease_expires_at = NULL,
 			reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
 		FROM num WHERE i.id = num.id AND i.state = ANY(` + statesP + `::text[])

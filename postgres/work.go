@@ -75,6 +75,7 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 	payloads := make([][]byte, n)
 	prios := make([]int32, n)
 	invalid := make([]string, n)
+	orders := make([]time.Time, n)
 	for i := range req.Items {
 		it := &req.Items[i]
 		if it.Key != "" {
@@ -83,17 +84,22 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 		payloads[i] = it.Payload
 		prios[i] = int32(it.Priority)
 		invalid[i] = it.Invalid
+		orders[i] = it.OrderAt
+		if orders[i].IsZero() {
+			orders[i] = req.Now
+		}
 	}
 	// IDs are drawn before the insert so that each input row knows its
 	// ID; rows that hit an existing key waste theirs.
 	rows, err := tx.Query(ctx, `WITH input AS MATERIALIZED (
-		SELECT nextval($9::regclass) AS id, u.k, u.p, u.pr, u.inv, u.ord
-		FROM unnest($1::text[], $2::bytea[], $3::int[], $4::text[]) WITH ORDINALITY AS u(k, p, pr, inv, ord)),
+		SELECT nextval($9::regclass) AS id, u.k, u.p, u.pr, u.inv, u.oa, u.ord
+		FROM unnest($1::text[], $2::bytea[], $3::int[], $4::text[], $11::timestamptz[]) WITH ORDINALITY AS u(k, p, pr, inv, oa, ord)),
 	ins AS (
 		INSERT INTO `+s.q+`.items (id, run_id, pipeline, key, stage, stage_index, state, priority, payload, input,
-			enqueued_at, next_at, updated_at, reason_stage, reason_class, reason_error, reason_attempts, reason_at)
+			enqueued_at, next_at, updated_at, order_at, ready,
+			reason_stage, reason_class, reason_error, reason_attempts, reason_at)
 		SELECT id, $5, $6, k, $7, 0, CASE WHEN inv <> '' THEN 'dead' ELSE 'pending' END, pr, p, p,
-			$8, $8, $8,
+			$8, $8, $8, oa, true,
 			CASE WHEN inv <> '' THEN $7 END,
 			CASE WHEN inv <> '' THEN $10 END,
 			nullif(inv, ''),
@@ -104,7 +110,7 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 		RETURNING id)
 	SELECT input.id, ins.id IS NOT NULL FROM input LEFT JOIN ins ON ins.id = input.id ORDER BY input.ord`,
 		keys, payloads, prios, invalid, req.RunID, req.Pipeline, req.Stage, req.Now,
-		s.q+".items_id_seq", redrive.ClassInvalidInput)
+		s.q+".items_id_seq", redrive.ClassInvalidInput, orders)
 	if err != nil {
 		return nil, err
 	}
@@ -186,8 +192,9 @@ func splitStages(ks []redrive.StageKey) (ps, ss []string) {
 	return ps, ss
 }
 
-// Claim leases up to req.Limit due pending items in claim order, skipping
-// rows other claimers hold locked.
+// Claim promotes waiting items that have become due, then leases up to
+// req.Limit due pending items in claim order, skipping rows other claimers
+// hold locked. Both statements go in one round trip and one transaction.
 func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Lease, error) {
 	if req.Limit <= 0 || len(req.Pipelines) == 0 {
 		return nil, nil
@@ -195,15 +202,20 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 	var a args
 	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
 	// + 1: from even to odd, as a running item's token is (see Complete).
+	// The walk of items_ready stops after the batch: every row it meets
+	// is due unless a clock runs ahead of this one.
 	sql := `UPDATE ` + s.q + `.items SET state = 'running', lease_token = lease_token + 1,
 		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `
 	WHERE id = ANY(ARRAY(SELECT c.id FROM ` + s.q + `.items c
-		WHERE c.state = 'pending' AND c.next_at <= ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
+		WHERE c.state = 'pending' AND c.ready AND c.next_at <= ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
 		stageFilter(req, "c", &a) + `
-		ORDER BY c.priority DESC, c.enqueued_at, c.id
+		ORDER BY c.priority DESC, c.order_at, c.id
 		LIMIT ` + a.add(req.Limit) + ` FOR UPDATE SKIP LOCKED))
 	RETURNING ` + itemCols
-	leases, err := s.claim(ctx, sql, a)
+	b := &pgx.Batch{}
+	b.Queue(s.promoteSQL(), req.Now, promoteBatch(req.Limit))
+	b.Queue(sql, a...)
+	leases, err := s.claimBatch(ctx, b)
 	if err != nil {
 		return nil, s.fail("claim", err)
 	}
@@ -211,12 +223,48 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 		if c := cmp.Compare(y.Item.Priority, x.Item.Priority); c != 0 {
 			return c
 		}
-		if c := x.Item.EnqueuedAt.Compare(y.Item.EnqueuedAt); c != 0 {
+		if c := x.Item.OrderAt.Compare(y.Item.OrderAt); c != 0 {
 			return c
 		}
 		return cmp.Compare(x.Item.ID, y.Item.ID)
 	})
 	return leases, nil
+}
+
+// promoteBatch is how many waiting items one claim of limit items
+// promotes at most: more than it takes, so that promotion outpaces claims
+// when a backlog comes due at once, and bounded, so that no claim pays for
+// a whole backlog.
+func promoteBatch(limit int) int { return max(1000, 4*limit) }
+
+// promoteSQL marks up to $2 waiting pending items due at $1 ready, oldest
+// next_at first, through items_waiting. Rows another claimer is promoting
+// are skipped, not waited for.
+func (s *Store) promoteSQL() string {
+	return `UPDATE ` + s.q + `.items SET ready = true WHERE id = ANY(ARRAY(SELECT w.id FROM ` + s.q + `.items w
+		WHERE w.state = 'pending' AND w.lease_expires_at IS NULL AND NOT w.ready AND w.next_at <= $1
+		ORDER BY w.ready, w.next_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND state = 'pending' AND NOT ready`
+}
+
+// claimBatch sends b, whose last statement returns leased items, and reads
+// those.
+func (s *Store) claimBatch(ctx context.Context, b *pgx.Batch) ([]redrive.Lease, error) {
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	for range b.Len() - 1 {
+		if _, err := br.Exec(); err != nil {
+			return nil, err
+		}
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, err
+	}
+	out, err := collectLeases(rows)
+	if err != nil {
+		return nil, err
+	}
+	return out, br.Close()
 }
 
 // ClaimExpired takes over up to req.Limit running items whose lease expired
@@ -249,6 +297,10 @@ func (s *Store) claim(ctx context.Context, sql string, a args) ([]redrive.Lease,
 	if err != nil {
 		return nil, err
 	}
+	return collectLeases(rows)
+}
+
+func collectLeases(rows pgx.Rows) ([]redrive.Lease, error) {
 	defer rows.Close()
 	var out []redrive.Lease
 	for rows.Next() {
@@ -330,7 +382,7 @@ func (s *Store) Release(ctx context.Context, leases []redrive.LeaseRef, now time
 	// Fenced by token, which the release increments (see Complete); rows
 	// are locked in ID order first (see lockLeased).
 	_, err := s.pool.Exec(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
-	upd AS (UPDATE `+s.q+`.items i SET state = 'pending', next_at = $3,
+	upd AS (UPDATE `+s.q+`.items i SET state = 'pending', next_at = $3, ready = true,
 			lease_token = i.lease_token + 1, lease_owner = '', lease_expires_at = NULL, updated_at = $3
 		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
@@ -438,6 +490,7 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 		UPDATE `+s.q+`.items i SET state = u.state, stage_index = u.stage_index, stage = u.stage,
 			attempt = u.attempt, rate_limit_waits = u.rlw,
 			next_at = CASE WHEN u.state = 'pending' THEN u.next_at ELSE i.next_at END,
+			ready = u.state = 'pending' AND u.next_at <= u.now,
 			payload = coalesce(u.payload, i.payload), lease_token = i.lease_token + 1,
 			lease_owner = '', lease_expires_at = NULL, updated_at = u.now,
 			reason_stage = CASE WHEN u.r_has THEN u.r_stage END,

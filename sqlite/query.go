@@ -330,11 +330,15 @@ func (s *Store) TopErrors(ctx context.Context, f redrive.ErrorFilter) ([]redrive
 }
 
 // OldestDue returns the smallest NextAt of the pending items due at now, or
-// the zero time when none is due.
+// the zero time when none is due: the first entry of each half (ready and
+// waiting) of items_waiting.
 func (s *Store) OldestDue(ctx context.Context, now time.Time) (time.Time, error) {
 	var n sql.NullInt64
-	err := s.r.QueryRowContext(ctx,
-		`SELECT MIN(next_at) FROM items INDEXED BY items_claim WHERE state = 'pending' AND next_at <= ?`, tnz(now)).Scan(&n)
+	err := s.r.QueryRowContext(ctx, `SELECT MIN(next_at) FROM (
+		SELECT MIN(next_at) AS next_at FROM items INDEXED BY items_waiting WHERE state = 'pending' AND ready = 1 AND next_at <= ?1
+		UNION ALL
+		SELECT MIN(next_at) FROM items INDEXED BY items_waiting WHERE state = 'pending' AND ready = 0 AND next_at <= ?1)`,
+		tnz(now)).Scan(&n)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("sqlite: oldest due: %w", err)
 	}
@@ -381,7 +385,7 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 			return err
 		}
 		upd, err := tx.PrepareContext(ctx, `UPDATE items SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
-			next_at = ?, updated_at = ?, lease_owner = NULL, lease_expires_at = NULL,
+			next_at = ?, ready = ?, updated_at = ?, lease_owner = NULL, lease_expires_at = NULL,
 			reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
 			WHERE id = ?`)
 		if err != nil {
@@ -390,7 +394,8 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 		defer upd.Close()
 		base := tnz(now)
 		for i, id := range ids {
-			if _, err := upd.ExecContext(ctx, base+int64(i)*int64(interval), base, id); err != nil {
+			next := base + int64(i)*int64(interval)
+			if _, err := upd.ExecContext(ctx, next, next <= base, base, id); err != nil {
 				return err
 			}
 		}

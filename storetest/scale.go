@@ -1,0 +1,122 @@
+package storetest
+
+import (
+	"time"
+
+	"github.com/redrive/redrive"
+)
+
+// testOrderAt: an item's own order time (NewItem.OrderAt, default the
+// enqueue time) orders claims among due items of equal priority, and
+// stays with the item through retries, later stages and redrives.
+func testOrderAt(h *h) {
+	r := h.run("p", "")
+	t0 := Base
+	// Enqueued first but ordered last; enqueued last but submitted a day
+	// before the others.
+	late := h.enqueue(r, "a", t0, redrive.NewItem{Key: "late", OrderAt: t0.Add(time.Hour)})[0]
+	plain := h.enqueue(r, "a", t0.Add(time.Second), redrive.NewItem{Key: "plain"})[0]
+	old := h.enqueue(r, "a", t0.Add(2*time.Second), redrive.NewItem{Key: "old", OrderAt: t0.Add(-24 * time.Hour)})[0]
+	high := h.enqueue(r, "a", t0.Add(3*time.Second), redrive.NewItem{Key: "high", Priority: 1, OrderAt: t0.Add(2 * time.Hour)})[0]
+
+	h.equalTime("OrderAt by default", h.item(plain).OrderAt, t0.Add(time.Second))
+	h.equalTime("EnqueuedAt with OrderAt", h.item(old).EnqueuedAt, t0.Add(2*time.Second))
+	h.equalTime("OrderAt", h.item(old).OrderAt, t0.Add(-24*time.Hour))
+
+	now := t0.Add(time.Minute)
+	ls := h.claim(redrive.ClaimRequest{Pipelines: []string{"p"}, Limit: 10, Now: now})
+	// Priority first, then order time.
+	h.equalIDs("claim order", ids(ls), []int64{high, old, plain, late})
+	if len(ls) != 4 {
+		h.FailNow()
+	}
+	h.equalTime("lease OrderAt", ls[1].Item.OrderAt, t0.Add(-24*time.Hour))
+
+	// old retries, plain moves to stage b, late succeeds; a new item comes.
+	h.complete(retry(ls[1], now, now.Add(time.Minute), "e"), advance(ls[2], now, "b", nil),
+		succeed(ls[3], now), succeed(ls[0], now))
+	fresh := h.enqueue(r, "a", now, redrive.NewItem{Key: "fresh"})[0]
+	ls = h.claim(redrive.ClaimRequest{Pipelines: []string{"p"}, Limit: 10, Now: now.Add(2 * time.Minute)})
+	h.equalIDs("claim after a retry and a stage", ids(ls), []int64{old, plain, fresh})
+	for _, l := range ls {
+		if l.Item.ID == old {
+			h.equalTime("OrderAt after a retry", l.Item.OrderAt, t0.Add(-24*time.Hour))
+		}
+		if l.Item.ID == plain {
+			h.equalTime("OrderAt at the next stage", l.Item.OrderAt, t0.Add(time.Second))
+		}
+	}
+	// A redriven item keeps its order time.
+	if len(ls) == 3 {
+		h.complete(kill(ls[0], now, "final", "bad"), succeed(ls[1], now), succeed(ls[2], now))
+	}
+	if n, err := h.s.Redrive(h.ctx, redrive.ItemFilter{RunID: r.ID}, now.Add(time.Hour), 0); err != nil || n != 1 {
+		h.Fatalf("Redrive = %d, %v", n, err)
+	}
+	h.equalTime("OrderAt after a redrive", h.item(old).OrderAt, t0.Add(-24*time.Hour))
+}
+
+// testClaimWaitingBacklog: items waiting on a backoff are never claimed
+// early, and once they come due in numbers larger than one claim's
+// promotion step they are all claimed, every claim returning a full batch
+// while due items remain, before a newer item due at the same moment.
+func testClaimWaitingBacklog(h *h) {
+	r := h.run("p", "")
+	const n, limit = 2500, 100
+	t0 := Base
+	h.enqueueN(r, "a", t0, n)
+	ls := h.claimAll("p", t0)
+	if len(ls) != n {
+		h.Fatalf("claimed %d of %d", len(ls), n)
+	}
+	// All of them retry: the later an item's order time, the sooner it
+	// is due, so that the order of promotion (due time) is the reverse of
+	// the claim order (order time).
+	cs := make([]redrive.Completion, len(ls))
+	for i, l := range ls {
+		cs[i] = retry(l, t0, t0.Add(time.Hour-time.Duration(i)*time.Millisecond), "down")
+	}
+	h.complete(cs...)
+	waiting := ids(ls)
+
+	// A fresh item, due at once, is claimed past the whole waiting backlog.
+	fresh := h.enqueue(r, "a", t0.Add(time.Minute), redrive.NewItem{Key: "fresh"})[0]
+	got := h.claim(redrive.ClaimRequest{Pipelines: []string{"p"}, Limit: limit, Now: t0.Add(time.Minute)})
+	h.equalIDs("claim with a waiting backlog", ids(got), []int64{fresh})
+	if got := h.claim(redrive.ClaimRequest{Pipelines: []string{"p"}, Limit: limit, Now: t0.Add(59 * time.Minute)}); len(got) != 0 {
+		h.Errorf("claimed %d items before they were due", len(got))
+	}
+	h.equalTime("OldestDue before the backlog is due", zeroOr(h, t0.Add(59*time.Minute)), time.Time{})
+
+	// The backlog comes due; a newer item is enqueued at that moment.
+	due := t0.Add(2 * time.Hour)
+	newer := h.enqueue(r, "a", due, redrive.NewItem{Key: "newer"})[0]
+	h.equalTime("OldestDue", zeroOr(h, due), t0.Add(time.Hour-time.Duration(n-1)*time.Millisecond))
+	var order []int64
+	for len(order) < n+1 {
+		got := h.claim(redrive.ClaimRequest{Pipelines: []string{"p"}, Limit: limit, Now: due})
+		if len(got) != min(limit, n+1-len(order)) {
+			h.Fatalf("claim %d returned %d items with %d due", len(order)/limit, len(got), n+1-len(order))
+		}
+		order = append(order, ids(got)...)
+	}
+	// Every waiting item comes before the newer item, which comes last:
+	// promotion outpaces claims. (Among the waiting items themselves the
+	// order is exact only for as many as one promotion step takes.)
+	h.equalIDs("claims of the due backlog", sorted(order[:n]), sorted(waiting))
+	if order[n] != newer {
+		h.Errorf("last claimed %d, want the newer item %d", order[n], newer)
+	}
+	if got := h.claim(redrive.ClaimRequest{Pipelines: []string{"p"}, Limit: limit, Now: due}); len(got) != 0 {
+		h.Errorf("claimed %d items after the backlog was drained", len(got))
+	}
+}
+
+func zeroOr(h *h, now time.Time) time.Time {
+	h.Helper()
+	t, err := h.s.OldestDue(h.ctx, now)
+	if err != nil {
+		h.Fatal(err)
+	}
+	return t
+}
