@@ -109,6 +109,12 @@ type Store interface {
 	// DeleteSucceeded deletes succeeded items last updated before t, with
 	// their attempts, at most limit of them, and returns how many.
 	DeleteSucceeded(ctx context.Context, before time.Time, limit int) (int, error)
+	// DeleteFinishedRuns deletes the runs that finished (any status but
+	// running) before t: at most limit of their finished items (succeeded,
+	// dead or canceled; 0 means no limit) with their attempts, then each
+	// such run that has no items left. It returns how many items and runs
+	// it deleted; fewer items than limit means none are left to delete.
+	DeleteFinishedRuns(ctx context.Context, before time.Time, limit int) (items, runs int, err error)
 
 	// UpsertWorker records that worker w is alive: it inserts or replaces
 	// the row of w.Owner.

@@ -350,13 +350,43 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 		return 0, errors.New("postgres: delete succeeded: negative limit")
 	}
 	var a args
+	// Rows another process is deleting are skipped, not waited for.
 	n, err := s.deleteItems(ctx, `DELETE FROM `+s.q+`.items WHERE state = 'succeeded' AND id = ANY(ARRAY(
 		SELECT id FROM `+s.q+`.items WHERE state = 'succeeded' AND updated_at < `+a.add(before)+`
-		ORDER BY id`+limitClause(&a, limit)+`))`, a)
+		ORDER BY id`+limitClause(&a, limit)+` FOR UPDATE SKIP LOCKED))`, a)
 	if err != nil {
 		return 0, s.fail("delete succeeded", err)
 	}
 	return n, nil
+}
+
+// DeleteFinishedRuns deletes up to limit finished items of the runs that
+// finished before t, with their attempts, each statement its own
+// transaction, then the runs left without items and their count rows.
+func (s *Store) DeleteFinishedRuns(ctx context.Context, before time.Time, limit int) (items, runs int, err error) {
+	if limit < 0 {
+		return 0, 0, errors.New("postgres: delete finished runs: negative limit")
+	}
+	var a args
+	t := a.add(before)
+	items, err = s.deleteItems(ctx, `DELETE FROM `+s.q+`.items WHERE state IN ('succeeded', 'dead', 'canceled') AND id = ANY(ARRAY(
+		SELECT i.id FROM `+s.q+`.items i WHERE i.run_id IN (
+			SELECT r.id FROM `+s.q+`.runs r WHERE r.status <> 'running' AND r.finished_at < `+t+`)
+		AND i.state IN ('succeeded', 'dead', 'canceled')`+limitClause(&a, limit)+` FOR UPDATE SKIP LOCKED))`, a)
+	if err != nil {
+		return 0, 0, s.fail("delete finished runs", err)
+	}
+	var n int64
+	err = s.pool.QueryRow(ctx, `WITH d AS (
+		DELETE FROM `+s.q+`.runs r WHERE r.status <> 'running' AND r.finished_at < $1
+			AND NOT EXISTS (SELECT 1 FROM `+s.q+`.items i WHERE i.run_id = r.id)
+		RETURNING r.id),
+	dc AS (DELETE FROM `+s.q+`.run_counts WHERE run_id IN (SELECT id FROM d))
+	SELECT count(*) FROM d`, before).Scan(&n)
+	if err != nil {
+		return items, 0, s.fail("delete finished runs", err)
+	}
+	return items, int(n), nil
 }
 
 // deleteItems runs del, a DELETE of items, and deletes the attempts of the

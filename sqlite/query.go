@@ -499,9 +499,64 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 	n := 0
 	err := s.writeTx(ctx, "delete succeeded", func(tx *sql.Tx) error {
 		var err error
-		n, err = deleteItems(ctx, tx, `SELECT id FROM items WHERE state = 'succeeded' AND updated_at < ? ORDER BY id`+limitClause(limit),
+		n, err = deleteItems(ctx, tx, `SELECT id FROM items INDEXED BY items_succeeded_updated
+			WHERE state = 'succeeded' AND updated_at < ? ORDER BY updated_at`+limitClause(limit),
 			[]any{tnz(before)})
 		return err
 	})
+	if err == nil {
+		s.deleted(ctx, n)
+	}
 	return n, err
+}
+
+// DeleteFinishedRuns deletes up to limit finished items of the runs that
+// finished before t, with their attempts, then the runs left without
+// items, in one transaction.
+func (s *Store) DeleteFinishedRuns(ctx context.Context, before time.Time, limit int) (items, runs int, err error) {
+	if limit < 0 {
+		return 0, 0, errors.New("sqlite: delete finished runs: negative limit")
+	}
+	err = s.writeTx(ctx, "delete finished runs", func(tx *sql.Tx) error {
+		var err error
+		items, err = deleteItems(ctx, tx, `SELECT i.id FROM items i WHERE i.run_id IN (
+				SELECT r.id FROM runs r WHERE r.status <> 'running' AND r.finished_at < ?)
+			AND i.state IN ('succeeded', 'dead', 'canceled')`+limitClause(limit), []any{tnz(before)})
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE status <> 'running' AND finished_at < ?
+			AND NOT EXISTS (SELECT 1 FROM items i WHERE i.run_id = runs.id)`, tnz(before))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		runs = int(n)
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	s.deleted(ctx, items)
+	return items, runs, nil
+}
+
+// checkpointAfter is how many deleted items pass between two checkpoints
+// that truncate the write-ahead log.
+const checkpointAfter = 100_000
+
+// deleted notes that n items were deleted and, every checkpointAfter of
+// them, checkpoints the write-ahead log and truncates it: a retention pass
+// writes as much to the log as the work it cleans up after, and a log
+// left long is read by every reader until the next checkpoint. The freed
+// pages go on SQLite's free list, and new items reuse them, so the file
+// stops growing once retention keeps pace; only VACUUM gives the space
+// back to the file system. A failed checkpoint (a long reader) is retried
+// at the next one.
+func (s *Store) deleted(ctx context.Context, n int) {
+	if n == 0 || s.sinceCheckpoint.Add(int64(n)) < checkpointAfter {
+		return
+	}
+	s.sinceCheckpoint.Store(0)
+	_, _ = s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
 }

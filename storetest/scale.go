@@ -1,6 +1,7 @@
 package storetest
 
 import (
+	"errors"
 	"time"
 
 	"github.com/redrive/redrive"
@@ -119,4 +120,96 @@ func zeroOr(h *h, now time.Time) time.Time {
 		h.Fatal(err)
 	}
 	return t
+}
+
+// testDeleteFinishedRuns: retention by run deletes the finished items of
+// runs that finished before the cutoff, batch by batch, with their
+// attempts, and then the runs; running runs, later runs and unfinished
+// items stay.
+func testDeleteFinishedRuns(h *h) {
+	type fixture struct {
+		run redrive.Run
+		ids []int64
+	}
+	// Each run gets a succeeded, a dead and a canceled item, and one left
+	// pending.
+	mk := func(p string, finish redrive.RunStatus, at time.Time) fixture {
+		r := h.run(p, "")
+		ids := h.enqueueN(r, "a", Base, 4)
+		ls := h.claim(redrive.ClaimRequest{Pipelines: []string{p}, Limit: 3, Now: Base})
+		h.complete(succeed(ls[0], Base), kill(ls[1], Base, "final", "bad"),
+			redrive.Completion{ItemID: ls[2].Item.ID, Token: ls[2].Token, State: redrive.StateCanceled, Stage: "a", Attempt: 1, Now: Base,
+				Reason: &redrive.Reason{Stage: "a", Class: redrive.ClassCanceled, Error: "stop", At: Base},
+				Record: redrive.Attempt{Stage: "a", Number: 1, Outcome: redrive.OutcomeDead, Class: redrive.ClassCanceled, StartedAt: Base, FinishedAt: Base}})
+		if finish != redrive.RunRunning {
+			if finish != redrive.RunAborted {
+				if _, err := h.s.CancelPending(h.ctx, redrive.ItemFilter{RunID: r.ID, States: []redrive.State{redrive.StatePending}},
+					redrive.Reason{Class: redrive.ClassCanceled, Error: "done", At: Base}); err != nil {
+					h.Fatal(err)
+				}
+			}
+			if err := h.s.SetRunStatus(h.ctx, r.ID, finish, "", at); err != nil {
+				h.Fatal(err)
+			}
+		}
+		return fixture{r, ids}
+	}
+	old := mk("old", redrive.RunCompleted, at(time.Hour))
+	aborted := mk("aborted", redrive.RunAborted, at(time.Hour))
+	recent := mk("recent", redrive.RunFailed, at(3*time.Hour))
+	running := mk("running", redrive.RunRunning, time.Time{})
+
+	total, runs := 0, 0
+	for range 10 {
+		n, r, err := h.s.DeleteFinishedRuns(h.ctx, at(2*time.Hour), 2)
+		if err != nil {
+			h.Fatalf("DeleteFinishedRuns: %v", err)
+		}
+		if n > 2 {
+			h.Fatalf("DeleteFinishedRuns(limit 2) deleted %d items", n)
+		}
+		total, runs = total+n, runs+r
+		if n < 2 {
+			break
+		}
+	}
+	// old: 4 finished items; aborted: 3 finished, 1 pending.
+	if total != 7 || runs != 1 {
+		h.Errorf("deleted %d items and %d runs; want 7 and 1", total, runs)
+	}
+	if _, err := h.s.GetRun(h.ctx, old.run.ID); !errors.Is(err, redrive.ErrNotFound) {
+		h.Errorf("GetRun(deleted run) = %v; want ErrNotFound", err)
+	}
+	for _, id := range old.ids {
+		if _, err := h.s.GetItem(h.ctx, id); !errors.Is(err, redrive.ErrNotFound) {
+			h.Errorf("GetItem(%d) of a deleted run = %v; want ErrNotFound", id, err)
+		}
+		if as := h.attempts(id); len(as) != 0 {
+			h.Errorf("attempts of deleted item %d kept: %d", id, len(as))
+		}
+	}
+	if r := h.getRun(aborted.run.ID); r.Counts.Total != 1 || r.Counts.Pending != 1 {
+		h.Errorf("aborted run with a pending item: counts %+v; want the pending item alone", r.Counts)
+	}
+	for _, f := range []fixture{recent, running} {
+		r := h.getRun(f.run.ID)
+		if r.Counts.Total != 4 {
+			h.Errorf("run %s lost items: %+v", r.Pipeline, r.Counts)
+		}
+		for _, id := range f.ids[:3] {
+			if len(h.attempts(id)) != 1 {
+				h.Errorf("run %s: item %d lost its attempt", r.Pipeline, id)
+			}
+		}
+	}
+	// Nothing more to delete at that cutoff; a later one takes the rest.
+	if n, r, err := h.s.DeleteFinishedRuns(h.ctx, at(2*time.Hour), 0); err != nil || n != 0 || r != 0 {
+		h.Errorf("second DeleteFinishedRuns = %d, %d, %v; want nothing", n, r, err)
+	}
+	if n, r, err := h.s.DeleteFinishedRuns(h.ctx, at(4*time.Hour), 0); err != nil || n != 4 || r != 1 {
+		h.Errorf("DeleteFinishedRuns(later) = %d, %d, %v; want 4 items of 1 run", n, r, err)
+	}
+	if _, _, err := h.s.DeleteFinishedRuns(h.ctx, Base, -1); err == nil {
+		h.Errorf("DeleteFinishedRuns(limit -1) succeeded")
+	}
 }

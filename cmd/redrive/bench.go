@@ -39,6 +39,9 @@ func newBenchCmd() *cobra.Command {
 		items, stages, workers, batch int
 		asJSON                        bool
 		cpuProfile                    string
+		shape                         string
+		waiting                       float64
+		claimLimit, samples           int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -55,6 +58,9 @@ afterwards, unless --pg-schema is given.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if items < 1 || stages < 1 || workers < 1 || batch < 0 {
 				return flagErrorf("items", "--items, --stages and --workers must be at least 1")
+			}
+			if err := checkShape(shape, items, waiting, claimLimit, samples); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			c := dbConfigFrom(ctx)
@@ -94,6 +100,19 @@ afterwards, unless --pg-schema is given.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
+			if shape == shapeBacklog {
+				waitingN := int(float64(items) * waiting)
+				r, err := runBacklogBench(ctx, store, items, waitingN, claimLimit, samples)
+				if err != nil {
+					return err
+				}
+				r.Store = redactURL(url)
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), r)
+				}
+				printBacklog(cmd.OutOrStdout(), r)
+				return nil
+			}
 			res, err := runBench(ctx, store, items, stages, workers, batch)
 			if err != nil {
 				return err
@@ -116,6 +135,10 @@ afterwards, unless --pg-schema is given.`,
 	cmd.Flags().IntVar(&batch, "batch", 2000, "claim batch size (0: the engine's default for --workers); large batches suit no-op stages")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	cmd.Flags().StringVar(&shape, "shape", shapeNoop, "what to measure: "+shapeNoop+" (a no-op pipeline) or "+shapeBacklog+" (claim latency with items waiting on a backoff, against due items only)")
+	cmd.Flags().Float64Var(&waiting, "waiting", 0.9, "--shape backlog: the fraction of --items waiting on a backoff")
+	cmd.Flags().IntVar(&claimLimit, "claim-limit", 100, "--shape backlog: items per timed claim")
+	cmd.Flags().IntVar(&samples, "samples", 200, "--shape backlog: timed claims per measurement")
 	return cmd
 }
 

@@ -31,3 +31,11 @@ CREATE INDEX items_ready ON {schema}.items (priority DESC, order_at, id) WHERE s
 -- this index for Claim, whose conditions do not imply it, and sort every
 -- due item (see 0001).
 CREATE INDEX items_waiting ON {schema}.items (ready, next_at) WHERE state = 'pending' AND lease_expires_at IS NULL;
+
+-- Retention deletes attempts in batches as well; vacuum them as eagerly as
+-- items, so that their space is reused rather than the table growing.
+ALTER TABLE {schema}.attempts SET (
+    autovacuum_vacuum_scale_factor = 0.02,
+    autovacuum_vacuum_insert_scale_factor = 0.05,
+    autovacuum_vacuum_cost_limit = 2000
+);

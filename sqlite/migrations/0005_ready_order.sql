@@ -19,3 +19,7 @@ UPDATE items SET ready = 1 WHERE state = 'pending' AND next_at <= CAST(unixepoch
 DROP INDEX items_claim;
 CREATE INDEX items_ready ON items (priority DESC, order_at, id, next_at) WHERE state = 'pending' AND ready = 1;
 CREATE INDEX items_waiting ON items (ready, next_at) WHERE state = 'pending';
+
+-- Retention (DeleteSucceeded) reads the oldest succeeded items first
+-- instead of scanning the table.
+CREATE INDEX items_succeeded_updated ON items (updated_at) WHERE state = 'succeeded';
