@@ -199,23 +199,8 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 	if req.Limit <= 0 || len(req.Pipelines) == 0 {
 		return nil, nil
 	}
-	var a args
-	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
-	// + 1: from even to odd, as a running item's token is (see Complete).
-	// The walk of items_ready stops after the batch: every row it meets
-	// is due unless a clock runs ahead of this one.
-	sql := `UPDATE ` + s.q + `.items SET state = 'running', lease_token = lease_token + 1,
-		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `
-	WHERE id = ANY(ARRAY(SELECT c.id FROM ` + s.q + `.items c
-		WHERE c.state = 'pending' AND c.ready AND c.next_at <= ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
-		stageFilter(req, "c", &a) + `
-		ORDER BY c.priority DESC, c.order_at, c.id
-		LIMIT ` + a.add(req.Limit) + ` FOR UPDATE SKIP LOCKED))
-	RETURNING ` + itemCols
-	b := &pgx.Batch{}
-	b.Queue(s.promoteSQL(), req.Now, promoteBatch(req.Limit))
-	b.Queue(sql, a...)
-	leases, err := s.claimBatch(ctx, b)
+	sql, a := s.claimSQL(req)
+	leases, err := s.claimOrdered(ctx, req.Now, promoteBatch(req.Limit), sql, a)
 	if err != nil {
 		return nil, s.fail("claim", err)
 	}
@@ -230,6 +215,26 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 	})
 	return leases, nil
 }
+
+// claimSQL is the statement that leases the items of req.
+func (s *Store) claimSQL(req redrive.ClaimRequest) (string, args) {
+	var a args
+	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
+	// + 1: from even to odd, as a running item's token is (see Complete).
+	// The walk of items_ready stops after the batch: every row it meets
+	// is due unless a clock runs ahead of this one.
+	return `UPDATE ` + s.q + `.items SET state = 'running', lease_token = lease_token + 1,
+		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `
+	WHERE id = ANY(ARRAY(SELECT c.id FROM ` + s.q + `.items c
+		WHERE c.state = 'pending' AND c.ready AND c.next_at <= ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
+		stageFilter(req, "c", &a) + `
+		ORDER BY c.priority DESC, c.order_at, c.id
+		LIMIT ` + a.add(req.Limit) + ` FOR UPDATE SKIP LOCKED))
+	RETURNING ` + itemCols, a
+}
+
+// planSettings are the planner settings of a claim (see claimOrdered).
+const planSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // promoteBatch is how many waiting items one claim of limit items
 // promotes at most: more than it takes, so that promotion outpaces claims
@@ -246,12 +251,26 @@ func (s *Store) promoteSQL() string {
 		ORDER BY w.ready, w.next_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND state = 'pending' AND NOT ready`
 }
 
-// claimBatch sends b, whose last statement returns leased items, and reads
-// those.
-func (s *Store) claimBatch(ctx context.Context, b *pgx.Batch) ([]redrive.Lease, error) {
+// claimOrdered promotes up to promote waiting items due at now, then runs
+// claim, which leases items, in one transaction and one round trip.
+//
+// Both statements are planned with sorts and bitmap scans disabled, so
+// that the only plans left walk items_waiting and items_ready in index
+// order and stop after their LIMIT. Left to its statistics the planner
+// chose a bitmap scan of every ready item and a sort whenever they
+// under-counted ready items (no statistics yet, or statistics taken while
+// the backlog waited): 360 ms instead of 2 ms per claim with 100,000 items
+// due. SET LOCAL ends with the transaction.
+func (s *Store) claimOrdered(ctx context.Context, now time.Time, promote int, claim string, a args) ([]redrive.Lease, error) {
+	b := &pgx.Batch{}
+	b.Queue(`BEGIN`)
+	b.Queue(planSettings)
+	b.Queue(s.promoteSQL(), now, promote)
+	b.Queue(claim, a...)
+	b.Queue(`COMMIT`)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	for range b.Len() - 1 {
+	for range 3 {
 		if _, err := br.Exec(); err != nil {
 			return nil, err
 		}
@@ -262,6 +281,9 @@ func (s *Store) claimBatch(ctx context.Context, b *pgx.Batch) ([]redrive.Lease, 
 	}
 	out, err := collectLeases(rows)
 	if err != nil {
+		return nil, err
+	}
+	if _, err := br.Exec(); err != nil {
 		return nil, err
 	}
 	return out, br.Close()

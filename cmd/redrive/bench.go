@@ -42,6 +42,7 @@ func newBenchCmd() *cobra.Command {
 		shape                         string
 		waiting                       float64
 		claimLimit, samples           int
+		real                          realOptions
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -100,6 +101,24 @@ afterwards, unless --pg-schema is given.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
+			switch shape {
+			case shapeRealWorker:
+				return runRealWorker(ctx, store, stages, workers, batch, real.FailPercent)
+			case shapeReal:
+				real.Items, real.Stages, real.Workers, real.Batch = items, stages, workers, batch
+				real.Waiting = int(float64(items) * waiting)
+				real.URL, real.Schema = url, schema
+				r, err := runRealBench(ctx, store, real)
+				if err != nil {
+					return err
+				}
+				r.Store = redactURL(url)
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), r)
+				}
+				printReal(cmd.OutOrStdout(), r)
+				return nil
+			}
 			if shape == shapeBacklog {
 				waitingN := int(float64(items) * waiting)
 				r, err := runBacklogBench(ctx, store, items, waitingN, claimLimit, samples)
@@ -135,10 +154,16 @@ afterwards, unless --pg-schema is given.`,
 	cmd.Flags().IntVar(&batch, "batch", 2000, "claim batch size (0: the engine's default for --workers); large batches suit no-op stages")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
-	cmd.Flags().StringVar(&shape, "shape", shapeNoop, "what to measure: "+shapeNoop+" (a no-op pipeline) or "+shapeBacklog+" (claim latency with items waiting on a backoff, against due items only)")
-	cmd.Flags().Float64Var(&waiting, "waiting", 0.9, "--shape backlog: the fraction of --items waiting on a backoff")
+	cmd.Flags().StringVar(&shape, "shape", shapeNoop, "what to measure: "+shapeNoop+" (a no-op pipeline), "+shapeBacklog+
+		" (claim latency with items waiting on a backoff, against due items only) or "+shapeReal+
+		" (payloads, stages, failures, a waiting backlog, several processes)")
+	cmd.Flags().Float64Var(&waiting, "waiting", 0.9, "--shape backlog and real: items waiting on a backoff, as a fraction of --items")
 	cmd.Flags().IntVar(&claimLimit, "claim-limit", 100, "--shape backlog: items per timed claim")
 	cmd.Flags().IntVar(&samples, "samples", 200, "--shape backlog: timed claims per measurement")
+	cmd.Flags().IntVar(&real.Procs, "procs", 1, "--shape real: worker processes, this one included (PostgreSQL)")
+	cmd.Flags().IntVar(&real.Payload, "payload", 1024, "--shape real: payload bytes per item")
+	cmd.Flags().IntVar(&real.FailPercent, "fail-percent", 5, "--shape real: percentage of attempts that fail and are retried")
+	cmd.Flags().IntVar(&real.Probes, "probes", 200, "--shape real: single items enqueued into the idle engine to time enqueue-to-start")
 	return cmd
 }
 

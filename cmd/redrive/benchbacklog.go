@@ -19,11 +19,16 @@ const (
 // checkShape checks the flags of --shape.
 func checkShape(shape string, items int, waiting float64, limit, samples int) error {
 	switch shape {
-	case shapeNoop:
+	case shapeNoop, shapeRealWorker:
+		return nil
+	case shapeReal:
+		if waiting < 0 {
+			return flagErrorf("waiting", "--waiting must not be negative, not %g", waiting)
+		}
 		return nil
 	case shapeBacklog:
 	default:
-		return flagErrorf("shape", "--shape must be %s or %s, not %q", shapeNoop, shapeBacklog, shape)
+		return flagErrorf("shape", "--shape must be %s, %s or %s, not %q", shapeNoop, shapeBacklog, shapeReal, shape)
 	}
 	if waiting <= 0 || waiting >= 1 {
 		return flagErrorf("waiting", "--waiting must be between 0 and 1 (exclusive), not %g", waiting)
