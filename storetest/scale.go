@@ -2,6 +2,7 @@ package storetest
 
 import (
 	"errors"
+	"fmt"
 	"time"
 
 	"github.com/redrive/redrive"
@@ -211,5 +212,58 @@ func testDeleteFinishedRuns(h *h) {
 	}
 	if _, _, err := h.s.DeleteFinishedRuns(h.ctx, Base, -1); err == nil {
 		h.Errorf("DeleteFinishedRuns(limit -1) succeeded")
+	}
+}
+
+// testLargeEnqueue: a large enqueue (which a store may send another way
+// than a small one) returns increasing IDs in input order and stores every
+// field: payloads, priorities, order times and invalid items as dead.
+func testLargeEnqueue(h *h) {
+	r := h.run("p", "")
+	in := make([]redrive.NewItem, 3000)
+	for i := range in {
+		in[i].Payload = []byte(fmt.Sprintf(`{"n":%d}`, i))
+		switch i % 100 {
+		case 7:
+			in[i].Invalid = fmt.Sprintf("line %d: not JSON", i)
+		case 8:
+			in[i].Priority = 2
+		case 9:
+			in[i].OrderAt = Base.Add(-time.Hour)
+		}
+	}
+	ids := h.enqueue(r, "a", Base, in...)
+	for i := 1; i < len(ids); i++ {
+		if ids[i] <= ids[i-1] {
+			h.Fatalf("IDs not increasing at %d: %d after %d", i, ids[i], ids[i-1])
+		}
+	}
+	for _, i := range []int{0, 7, 8, 9, 2999} {
+		it := h.item(ids[i])
+		if string(it.Payload) != string(in[i].Payload) || string(it.Input) != string(in[i].Payload) || it.Priority != in[i].Priority {
+			h.Errorf("item %d = %+v", i, it)
+		}
+		want := Base
+		if i == 9 {
+			want = Base.Add(-time.Hour)
+		}
+		h.equalTime("OrderAt", it.OrderAt, want)
+		if i == 7 {
+			if it.State != redrive.StateDead || it.Reason == nil || it.Reason.Class != redrive.ClassInvalidInput || it.Reason.Error != in[i].Invalid {
+				h.Errorf("invalid item = %+v, reason %+v", it, it.Reason)
+			}
+		} else if it.State != redrive.StatePending {
+			h.Errorf("item %d state %s", i, it.State)
+		}
+	}
+	c := h.getRun(r.ID).Counts
+	checkCounts(h, c)
+	if c.Total != 3000 || c.Dead != 30 || c.Pending != 2970 {
+		h.Errorf("counts %+v; want 3000 = 2970 pending + 30 dead", c)
+	}
+	ls := h.claim(redrive.ClaimRequest{Pipelines: []string{"p"}, Limit: 40, Now: Base})
+	if len(ls) != 40 || ls[0].Item.Priority != 2 || ls[30].Item.ID != ids[9] {
+		h.Errorf("claim after a large enqueue: %d leases, first priority %d, 31st %d (want item %d)",
+			len(ls), ls[0].Item.Priority, ls[30].Item.ID, ids[9])
 	}
 }
