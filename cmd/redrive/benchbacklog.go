@@ -46,18 +46,18 @@ func checkShape(shape string, items int, waiting float64, limit, samples int) er
 // latency of a store holding only due items, and of the same store once
 // most of its items wait on a backoff.
 type backlogResult struct {
-	Store       string  `json:"store"`
-	Items       int     `json:"items"`
-	Due         int     `json:"due"`
-	Waiting     int     `json:"waiting"`
-	ClaimLimit  int     `json:"claim_limit"`
-	Samples     int     `json:"samples"`
-	DueOnlyP50  float64 `json:"due_only_p50_ms"`
-	DueOnlyP95  float64 `json:"due_only_p95_ms"`
-	BacklogP50  float64 `json:"backlog_p50_ms"`
-	BacklogP95  float64 `json:"backlog_p95_ms"`
-	RatioP50    float64 `json:"ratio_p50"`
-	RatioP95    float64 `json:"ratio_p95"`
+	Store      string  `json:"store"`
+	Items      int     `json:"items"`
+	Due        int     `json:"due"`
+	Waiting    int     `json:"waiting"`
+	ClaimLimit int     `json:"claim_limit"`
+	Samples    int     `json:"samples"`
+	DueOnlyP50 float64 `json:"due_only_p50_ms"`
+	DueOnlyP95 float64 `json:"due_only_p95_ms"`
+	BacklogP50 float64 `json:"backlog_p50_ms"`
+	BacklogP95 float64 `json:"backlog_p95_ms"`
+	RatioP50   float64 `json:"ratio_p50"`
+	RatioP95   float64 `json:"ratio_p95"`
 	// On PostgreSQL, the backlog's figures again once autovacuum has
 	// processed the items table since the backlog was made (the entries
 	// its rows left in the ready index are dead until then).
@@ -65,7 +65,7 @@ type backlogResult struct {
 	VacuumedP95      float64 `json:"vacuumed_backlog_p95_ms,omitempty"`
 	VacuumedRatioP50 float64 `json:"vacuumed_ratio_p50,omitempty"`
 	VacuumWaitSecond float64 `json:"vacuum_wait_seconds,omitempty"`
-	SetupSecond float64 `json:"setup_seconds"`
+	SetupSecond      float64 `json:"setup_seconds"`
 }
 
 // runBacklogBench measures claims of limit items with the public Store
