@@ -41,8 +41,8 @@ const analyzeAfter = 10_000
 // analyzeIfGrown analyzes the items table when n new items are a fifth or
 // more of what its statistics last counted. Until autovacuum gets to it
 // (a minute or more), stale statistics make the planner take a large
-// backlog for a few rows, and Claim sort every due item instead of walking
-// items_pending in order. Failures (such as not owning the table) only
+// backlog for a few rows in the statements that are left to it (Claim is
+// not: see claimOrdered). Failures (such as not owning the table) only
 // leave that to autovacuum.
 func (s *Store) analyzeIfGrown(ctx context.Context, n int) {
 	var stale bool

@@ -187,16 +187,18 @@ func runRealBench(ctx context.Context, store redrive.Store, o realOptions) (real
 		return res, err
 	}
 
-	// The other processes, started now and stopped at the end.
+	// The other processes, started now and stopped once the run is done.
 	var children []*exec.Cmd
-	defer func() {
+	stopChildren := func() {
 		for _, c := range children {
 			_ = c.Process.Signal(os.Interrupt)
 		}
 		for _, c := range children {
 			_ = c.Wait()
 		}
-	}()
+		children = nil
+	}
+	defer stopChildren()
 	self, err := os.Executable()
 	if err != nil {
 		return res, err
@@ -238,7 +240,11 @@ func runRealBench(ctx context.Context, store redrive.Store, o realOptions) (real
 	res.AttemptsPS = float64(o.Items*o.Stages+res.Retries) / res.WorkSeconds
 	res.ItemsPS = float64(o.Items) / res.WorkSeconds
 
-	// Enqueue-to-start with the engines idle: single items, one at a time.
+	// Enqueue-to-start with this process's engine idle and alone: single
+	// items, one at a time, enqueued through the store, so that the engine
+	// learns of them as it would of another process's items (LISTEN/NOTIFY
+	// on PostgreSQL, polling every 100 ms on SQLite).
+	stopChildren()
 	if o.Probes > 0 {
 		prun, _, err := store.CreateRun(ctx, p.Name, redrive.RunOptions{}, time.Now())
 		if err != nil {
@@ -246,7 +252,8 @@ func runRealBench(ctx context.Context, store redrive.Store, o realOptions) (real
 		}
 		probeRun.Store(prun.ID)
 		for i := range o.Probes {
-			if _, err := client.AddItems(ctx, prun.ID, []redrive.NewItem{{Payload: payload}}); err != nil {
+			if _, err := store.Enqueue(ctx, redrive.EnqueueRequest{RunID: prun.ID, Pipeline: p.Name, Stage: p.Stages[0].Name,
+				Items: []redrive.NewItem{{Payload: payload}}, Now: time.Now()}); err != nil {
 				return res, err
 			}
 			// Wait for this probe to start before the next one, so that
@@ -323,8 +330,7 @@ func realBacklog(ctx context.Context, store redrive.Store, p redrive.Pipeline, n
 }
 
 // dbSize is the size of the benchmark's database: the schema's tables with
-// their indexes and TOAST on PostgreSQL, the file and its write-ahead log
-// on SQLite.
+// their indexes and TOAST on PostgreSQL, the file on SQLite.
 func dbSize(ctx context.Context, store redrive.Store, url, schema string) (int64, error) {
 	switch s := store.(type) {
 	case *postgres.Store:
@@ -341,13 +347,13 @@ func dbSize(ctx context.Context, store redrive.Store, url, schema string) (int64
 		if err != nil {
 			return 0, err
 		}
-		var n int64
-		for _, f := range []string{t.Path, t.Path + "-wal"} {
-			if fi, err := os.Stat(f); err == nil {
-				n += fi.Size()
-			}
+		// The write-ahead log holds copies of pages of the file until
+		// they are checkpointed; the file is the database's size.
+		fi, err := os.Stat(t.Path)
+		if err != nil {
+			return 0, err
 		}
-		return n, nil
+		return fi.Size(), nil
 	}
 	return 0, nil
 }
