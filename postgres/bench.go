@@ -42,9 +42,6 @@ func (s *Store) ClaimLatency(ctx context.Context, backlog, limit, samples int) (
 			return 0, 0, err
 		}
 	}
-	if _, err := s.pool.Exec(ctx, `ANALYZE `+s.q+`.items`); err != nil {
-		return 0, 0, s.fail("claim latency: analyze", err)
-	}
 	ds := make([]time.Duration, 0, samples)
 	for i := 0; i < samples; i++ {
 		now := time.Now()

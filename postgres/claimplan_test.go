@@ -22,7 +22,7 @@ func TestClaimPlanIgnoresStatistics(t *testing.T) {
 	ctx := context.Background()
 	s := pgtest.OpenStore(t)
 	run := mustRun(t, s, "plan")
-	// 6,000 items (in Enqueue calls small enough not to analyze), 5,000
+	// 6,000 items (no statistics are taken on the way), 5,000
 	// of them waiting on a backoff.
 	for range 6 {
 		in := make([]redrive.NewItem, 1000)

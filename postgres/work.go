@@ -28,29 +28,7 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 	if err != nil {
 		return nil, s.fail("enqueue", err)
 	}
-	if len(req.Items) >= analyzeAfter {
-		s.analyzeIfGrown(ctx, len(req.Items))
-	}
 	return out, nil
-}
-
-// analyzeAfter is the size of an Enqueue after which the store checks
-// whether the items' statistics need refreshing at once.
-const analyzeAfter = 10_000
-
-// analyzeIfGrown analyzes the items table when n new items are a fifth or
-// more of what its statistics last counted. Until autovacuum gets to it
-// (a minute or more), stale statistics make the planner take a large
-// backlog for a few rows in the statements that are left to it (Claim is
-// not: see claimOrdered). Failures (such as not owning the table) only
-// leave that to autovacuum.
-func (s *Store) analyzeIfGrown(ctx context.Context, n int) {
-	var stale bool
-	err := s.pool.QueryRow(ctx, `SELECT reltuples < $1 FROM pg_class WHERE oid = $2::regclass`,
-		float64(n)*5, s.q+".items").Scan(&stale)
-	if err == nil && stale {
-		_, _ = s.pool.Exec(ctx, `ANALYZE `+s.q+`.items`)
-	}
 }
 
 // EnqueueTx is Enqueue in the caller's transaction: the items exist if and
