@@ -252,8 +252,13 @@ func runRealBench(ctx context.Context, store redrive.Store, o realOptions) (real
 		}
 		probeRun.Store(prun.ID)
 		for i := range o.Probes {
-			if _, err := store.Enqueue(ctx, redrive.EnqueueRequest{RunID: prun.ID, Pipeline: p.Name, Stage: p.Stages[0].Name,
-				Items: []redrive.NewItem{{Payload: payload}}, Now: time.Now()}); err != nil {
+			// Let the engine go idle: the last probe went through every
+			// stage, and the engine's claim loop is waiting, at a varying
+			// phase of its poll, when the next probe comes.
+			time.Sleep(time.Duration(50+i%7*10) * time.Millisecond)
+			enq, err := store.Enqueue(ctx, redrive.EnqueueRequest{RunID: prun.ID, Pipeline: p.Name, Stage: p.Stages[0].Name,
+				Items: []redrive.NewItem{{Payload: payload}}, Now: time.Now()})
+			if err != nil {
 				return res, err
 			}
 			// Wait for this probe to start before the next one, so that
@@ -268,6 +273,19 @@ func runRealBench(ctx context.Context, store redrive.Store, o realOptions) (real
 				}
 				if time.Now().After(deadline) {
 					return res, fmt.Errorf("bench: probe %d did not start within 10s", i)
+				}
+				time.Sleep(time.Millisecond)
+			}
+			for {
+				it, err := store.GetItem(ctx, enq[0].ID)
+				if err != nil {
+					return res, err
+				}
+				if it.State == redrive.StateSucceeded || it.State == redrive.StateDead {
+					break
+				}
+				if time.Now().After(deadline) {
+					return res, fmt.Errorf("bench: probe %d did not finish within 10s", i)
 				}
 				time.Sleep(time.Millisecond)
 			}
