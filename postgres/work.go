@@ -151,9 +151,10 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 }
 
 // copyAfter is the size of an enqueue without keys from which the items
-// are sent with COPY: at 100,000 items it inserted 1.6 times as many items
-// per second as the INSERT from arrays, which remains for keyed items
-// (they need ON CONFLICT) and small batches (one round trip instead of two).
+// are sent with COPY, the server's fastest way in (docs/BENCHMARKS.md:
+// 0.43-0.52 of a bare COPY against 0.29 for the INSERT from arrays). The
+// INSERT remains for keyed items, which need ON CONFLICT, and for small
+// batches, where its one round trip beats COPY's two.
 const copyAfter = 1000
 
 // enqueueCopy inserts items that have no keys with COPY, after drawing
