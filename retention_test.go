@@ -20,18 +20,6 @@ func (c *retentionClock) now() time.Time { c.mu.Lock(); defer c.mu.Unlock(); ret
 
 func (c *retentionClock) add(d time.Duration) { c.mu.Lock(); c.t = c.t.Add(d); c.mu.Unlock() }
 
-// eventually polls cond until it holds or a generous deadline passes.
-func pollUntil(t *testing.T, what string, cond func() bool) {
-	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for !cond() {
-		if time.Now().After(deadline) {
-			t.Fatalf("gave up waiting: %s", what)
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-}
-
 func TestRetentionDeletesOldSucceeded(t *testing.T) {
 	eachStore(t, func(t *testing.T, s redrive.Store) {
 		clock := &retentionClock{t: time.Now()}
@@ -42,8 +30,8 @@ func TestRetentionDeletesOldSucceeded(t *testing.T) {
 		run, _ := c.StartRun(context.Background(), "ret", items(5), redrive.RunOptions{})
 		wait(t, c, run)
 		clock.add(2 * time.Hour)
-		// Five items in batches of two: the pass goes on past short of none.
-		pollUntil(t, "succeeded items past retention deleted", func() bool {
+		// Five items in batches of two: one pass deletes them all.
+		waitFor(t, "succeeded items past retention deleted", func() bool {
 			r, _ := s.GetRun(context.Background(), run.ID)
 			return r.Counts.Total == 0
 		})
@@ -87,7 +75,7 @@ func TestRunRetentionDeletesOldRuns(t *testing.T) {
 		}
 		wait(t, c, recent)
 		clock.add(11 * 24 * time.Hour)
-		pollUntil(t, "the old run deleted", func() bool {
+		waitFor(t, "the old run deleted", func() bool {
 			_, err := s.GetRun(ctx, old.ID)
 			return errors.Is(err, redrive.ErrNotFound)
 		})
