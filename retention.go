@@ -22,14 +22,13 @@ const retentionBatchesPerPass = 10_000
 
 // retentionLoop deletes what the retention settings let go, every
 // RetentionInterval, so that a store that has worked millions of items
-// stays as small and as fast as its live items make it.
+// stays as small and as fast as its live items make it. The first pass
+// comes one interval after the start, out of the way of a starting
+// client's first claims and heartbeats.
 func (e *engine) retentionLoop() {
 	defer e.bg.Done()
-	for {
+	for sleep(e.bgCtx, e.cfg.RetentionInterval) {
 		e.retain()
-		if !sleep(e.bgCtx, e.cfg.RetentionInterval) {
-			return
-		}
 	}
 }
 
