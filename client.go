@@ -38,9 +38,24 @@ type Config struct {
 	// end and their failure budget (a count of each running run's items,
 	// so not too often). Default 1 s.
 	RunCheckInterval time.Duration
-	// Retention is how long succeeded items and their attempts are kept.
-	// Default 0: kept until deleted. Dead items are kept until purged.
+	// Retention is how long succeeded items and their attempts are kept
+	// after they succeeded. Default 7 days (DefaultRetention); negative
+	// keeps them. Dead and canceled items stay until purged or until their
+	// run is deleted (RunRetention).
 	Retention time.Duration
+	// RunRetention is how long a run is kept after it finished (completed,
+	// partial_success, failed or aborted); then its finished items, dead
+	// and canceled ones too, their attempts and the run itself are
+	// deleted. A redrive reopens a run and so keeps it. Default 30 days
+	// (DefaultRunRetention); negative keeps runs.
+	RunRetention time.Duration
+	// RetentionInterval is how often a started client deletes what the
+	// retention settings let go. Default 1 minute.
+	RetentionInterval time.Duration
+	// RetentionBatch is how many items one delete statement removes: each
+	// batch is its own transaction, which suits PostgreSQL's vacuum and
+	// keeps SQLite's write lock short. Default 1,000.
+	RetentionBatch int
 	// Owner names this client in leases. Default: host name, process ID
 	// and a random suffix.
 	Owner string
@@ -76,6 +91,18 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RunCheckInterval <= 0 {
 		c.RunCheckInterval = time.Second
+	}
+	if c.Retention == 0 {
+		c.Retention = DefaultRetention
+	}
+	if c.RunRetention == 0 {
+		c.RunRetention = DefaultRunRetention
+	}
+	if c.RetentionInterval <= 0 {
+		c.RetentionInterval = DefaultRetentionInterval
+	}
+	if c.RetentionBatch <= 0 {
+		c.RetentionBatch = DefaultRetentionBatch
 	}
 	if c.Owner == "" {
 		host, _ := os.Hostname()

@@ -133,8 +133,9 @@ func (c *Client) Start(ctx context.Context) error {
 		go e.heartbeatLoop()
 		go e.rescueLoop()
 	}
-	e.bg.Add(1)
+	e.bg.Add(2)
 	go e.monitorLoop()
+	go e.retentionLoop()
 	e.startWorkerHeartbeat()
 	if n, ok := c.store.(Notifier); ok {
 		ch := n.Notifications(e.claimCtx)

@@ -557,34 +557,6 @@ func TestRedriveFromFailedStageWithFiltersAndRate(t *testing.T) {
 	})
 }
 
-func TestRetentionDeletesOldSucceeded(t *testing.T) {
-	eachStore(t, func(t *testing.T, s redrive.Store) {
-		clock := time.Now()
-		var mu sync.Mutex
-		now := func() time.Time { mu.Lock(); defer mu.Unlock(); return clock }
-		p := redrive.Pipeline{Name: "ret", Stages: []redrive.Stage{{Name: "s", Handle: func(_ context.Context, it *redrive.Item) ([]byte, error) { return nil, nil }}}}
-		cfg := testConfig(nil)
-		cfg.Now, cfg.Retention = now, time.Hour
-		c := startClient(t, s, cfg, p)
-		run, _ := c.StartRun(context.Background(), "ret", items(5), redrive.RunOptions{})
-		wait(t, c, run)
-		mu.Lock()
-		clock = clock.Add(2 * time.Hour)
-		mu.Unlock()
-		deadline := time.Now().Add(5 * time.Second)
-		for {
-			r, _ := s.GetRun(context.Background(), run.ID)
-			if r.Counts.Total == 0 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("succeeded items past retention were kept: %+v", r.Counts)
-			}
-			time.Sleep(20 * time.Millisecond)
-		}
-	})
-}
-
 // The seeds' flaky stage: half of the calls fail. With 3 attempts an item
 // dies with probability 1/8. 2,000 items: dead ~ Binomial(2000, 0.125), mean
 // 250, sd 14.8; the bound of ±6 sd fails by chance with probability < 1e-8.

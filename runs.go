@@ -3,7 +3,6 @@ package redrive
 import (
 	"context"
 	"fmt"
-	"time"
 )
 
 // StatusFor is the final status of a run whose items all finished: completed
@@ -51,17 +50,8 @@ func BudgetExceeded(c Counts, opts RunOptions) (string, bool) {
 // their failure budget.
 func (e *engine) monitorLoop() {
 	defer e.bg.Done()
-	lastRetention := time.Time{}
 	for {
 		e.checkRuns()
-		if e.cfg.Retention > 0 && e.cfg.Now().Sub(lastRetention) > time.Minute {
-			lastRetention = e.cfg.Now()
-			if n, err := e.store.DeleteSucceeded(e.bgCtx, lastRetention.Add(-e.cfg.Retention), 10000); err != nil {
-				e.log.Warn("redrive: retention failed", "err", err)
-			} else if n > 0 {
-				e.log.Info("redrive: deleted succeeded items past retention", "items", n)
-			}
-		}
 		if !sleep(e.bgCtx, e.cfg.RunCheckInterval) {
 			return
 		}

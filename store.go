@@ -28,8 +28,9 @@ type Store interface {
 
 	// Claim leases up to req.Limit due pending items: state pending,
 	// NextAt at or before req.Now, ordered by priority (higher first), then
-	// enqueue time, then ID, so that due retries and new items compete by
-	// enqueue time.
+	// order time (Item.OrderAt, by default the enqueue time), then ID, so
+	// that due retries and new items compete by order time. Its cost does
+	// not grow with the number of pending items that are not due yet.
 	Claim(ctx context.Context, req ClaimRequest) ([]Lease, error)
 	// ClaimExpired takes over up to req.Limit running items whose lease
 	// expired before req.Now, with a new token, so a rescuer can record
@@ -108,6 +109,12 @@ type Store interface {
 	// DeleteSucceeded deletes succeeded items last updated before t, with
 	// their attempts, at most limit of them, and returns how many.
 	DeleteSucceeded(ctx context.Context, before time.Time, limit int) (int, error)
+	// DeleteFinishedRuns deletes the runs that finished (any status but
+	// running) before t: at most limit of their finished items (succeeded,
+	// dead or canceled; 0 means no limit) with their attempts, then each
+	// such run that has no items left. It returns how many items and runs
+	// it deleted; fewer items than limit means none are left to delete.
+	DeleteFinishedRuns(ctx context.Context, before time.Time, limit int) (items, runs int, err error)
 
 	// UpsertWorker records that worker w is alive: it inserts or replaces
 	// the row of w.Owner.

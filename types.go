@@ -109,6 +109,10 @@ type Item struct {
 	// Input is the item's original input.
 	Input      []byte    `json:"input,omitempty"`
 	EnqueuedAt time.Time `json:"enqueued_at"`
+	// OrderAt is the item's order time: claims take due items of equal
+	// priority oldest order time first. It is NewItem.OrderAt, or the
+	// enqueue time when that was zero.
+	OrderAt time.Time `json:"order_at"`
 	// NextAt is when a pending item is due.
 	NextAt         time.Time `json:"next_at"`
 	LeaseOwner     string    `json:"lease_owner,omitempty"`
@@ -281,6 +285,11 @@ type NewItem struct {
 	Payload []byte
 	// Priority orders due items: higher first. Default 0.
 	Priority int
+	// OrderAt orders due items of equal priority: oldest first, so that
+	// an item's retries compete with newer items by this time. Set it to
+	// the time the work was asked for (a submission date) when that is
+	// older than the enqueue. Default: the enqueue time.
+	OrderAt time.Time
 	// Invalid, when set, records the item as dead at once with class
 	// invalid_input and this message: input that could not be read is
 	// accounted for rather than dropped.

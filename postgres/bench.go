@@ -4,7 +4,10 @@ import (
 	"context"
 	"fmt"
 	"slices"
+	"sync/atomic"
 	"time"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/redrive/redrive"
 )
@@ -39,9 +42,6 @@ func (s *Store) ClaimLatency(ctx context.Context, backlog, limit, samples int) (
 			return 0, 0, err
 		}
 	}
-	if _, err := s.pool.Exec(ctx, `ANALYZE `+s.q+`.items`); err != nil {
-		return 0, 0, s.fail("claim latency: analyze", err)
-	}
 	ds := make([]time.Duration, 0, samples)
 	for i := 0; i < samples; i++ {
 		now := time.Now()
@@ -65,4 +65,126 @@ func (s *Store) ClaimLatency(ctx context.Context, backlog, limit, samples int) (
 	}
 	slices.Sort(ds)
 	return ds[len(ds)/2], ds[len(ds)*95/100], nil
+}
+
+// BareResult is what BareQueue measured.
+type BareResult struct {
+	// CopyPerSecond is how many rows of the items' shape COPY inserts per
+	// second.
+	CopyPerSecond float64
+	// WorkPerSecond is how many jobs per second the loop of the two
+	// statements a queue needs (a SKIP LOCKED batch claim and a batch
+	// complete) works.
+	WorkPerSecond float64
+}
+
+// BareQueue measures the limits that the store's own figures are compared
+// with, on this server and in the same run: n rows COPYed into a table of
+// the items' shape (id, run, pipeline, stage, state, priority, payload,
+// times, lease) with a claim index, then worked by workers goroutines,
+// each looping over a claim of batch rows (UPDATE ... WHERE id = ANY(SELECT
+// ... ORDER BY priority, id LIMIT batch FOR UPDATE SKIP LOCKED)) and a
+// complete of those rows (UPDATE ... WHERE id = ANY($1)), no attempts
+// recorded, no fencing. The table lives in the store's schema for the
+// measurement and is dropped after.
+func (s *Store) BareQueue(ctx context.Context, n, batch, workers int, payload []byte) (BareResult, error) {
+	var res BareResult
+	t := s.q + ".bare_queue"
+	if _, err := s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+t+`;
+		CREATE UNLOGGED TABLE `+t+` (LIKE `+s.q+`.items INCLUDING DEFAULTS)`); err != nil {
+		return res, s.fail("bare queue", err)
+	}
+	// A logged table, as items is; LIKE copied the columns only.
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE `+t+` SET LOGGED;
+		ALTER TABLE `+t+` ADD PRIMARY KEY (id);
+		CREATE INDEX ON `+t+` (priority DESC, enqueued_at, id) WHERE state = 'pending'`); err != nil {
+		return res, s.fail("bare queue", err)
+	}
+	defer func() { _, _ = s.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+t) }()
+	now := time.Now()
+	rows := make([][]any, n)
+	for i := range rows {
+		rows[i] = []any{int64(i + 1), int64(1), "bare", "a", "pending", int32(0), payload, payload, now, now, now, now, true}
+	}
+	start := time.Now()
+	if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{s.schema, "bare_queue"},
+		[]string{"id", "run_id", "pipeline", "stage", "state", "priority", "payload", "input", "enqueued_at", "next_at", "updated_at", "order_at", "ready"},
+		pgx.CopyFromRows(rows)); err != nil {
+		return res, s.fail("bare queue: copy", err)
+	}
+	res.CopyPerSecond = float64(n) / time.Since(start).Seconds()
+
+	var done atomic.Int64
+	errs := make(chan error, workers)
+	start = time.Now()
+	for range workers {
+		go func() {
+			for done.Load() < int64(n) {
+				rows, err := s.pool.Query(ctx, `UPDATE `+t+` SET state = 'running', lease_token = lease_token + 1,
+					lease_owner = 'bare', lease_expires_at = now() + interval '1 minute', updated_at = now()
+					WHERE id = ANY(ARRAY(SELECT id FROM `+t+` WHERE state = 'pending' AND next_at <= now()
+						ORDER BY priority DESC, enqueued_at, id LIMIT $1 FOR UPDATE SKIP LOCKED)) RETURNING id`, batch)
+				if err != nil {
+					errs <- err
+					return
+				}
+				ids, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+				if err != nil {
+					errs <- err
+					return
+				}
+				if len(ids) == 0 {
+					continue
+				}
+				if _, err := s.pool.Exec(ctx, `UPDATE `+t+` SET state = 'succeeded', lease_owner = '', lease_expires_at = NULL,
+					updated_at = now() WHERE id = ANY($1)`, ids); err != nil {
+					errs <- err
+					return
+				}
+				done.Add(int64(len(ids)))
+			}
+			errs <- nil
+		}()
+	}
+	for range workers {
+		if err := <-errs; err != nil {
+			return res, s.fail("bare queue: work", err)
+		}
+	}
+	res.WorkPerSecond = float64(n) / time.Since(start).Seconds()
+	return res, nil
+}
+
+// Vacuumed returns once the items table has been vacuumed after since:
+// it waits for autovacuum, or, on a server where autovacuum is off, runs
+// VACUUM (not ANALYZE) itself, and says which. Benchmarks use it to
+// measure a table in its steady state rather than just after a mass
+// update, whose dead index entries only a vacuum removes.
+func (s *Store) Vacuumed(ctx context.Context, since time.Time) (how string, err error) {
+	var on bool
+	if err := s.pool.QueryRow(ctx, `SELECT current_setting('autovacuum')::bool`).Scan(&on); err != nil {
+		return "", s.fail("vacuumed", err)
+	}
+	if !on {
+		if _, err := s.pool.Exec(ctx, `VACUUM `+s.q+`.items`); err != nil {
+			return "", s.fail("vacuumed", err)
+		}
+		return "VACUUM (autovacuum is off on this server)", nil
+	}
+	for {
+		var last *time.Time
+		err := s.pool.QueryRow(ctx, `SELECT last_autovacuum FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+			s.q+".items").Scan(&last)
+		if err != nil {
+			return "", s.fail("vacuumed", err)
+		}
+		if last != nil && last.After(since) {
+			return "autovacuum", nil
+		}
+		select {
+		case <-ctx.Done():
+			return "", ctx.Err()
+		case <-time.After(time.Second):
+		}
+	}
 }

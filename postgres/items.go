@@ -17,7 +17,7 @@ const itemCols = `id, run_id, pipeline, coalesce(key, ''), stage, stage_index, s
 	attempt, rate_limit_waits, payload, input, enqueued_at, next_at, lease_owner,
 	lease_expires_at, updated_at, reason_stage, reason_class, reason_error,
 	reason_attempts, reason_at, lease_token,
-	failed_attempts`
+	failed_attempts, order_at`
 
 // scanItem reads the columns of itemCols.
 func scanItem(row pgx.Row) (redrive.Item, int64, error) {
@@ -34,7 +34,7 @@ func scanItem(row pgx.Row) (redrive.Item, int64, error) {
 	err := row.Scan(&it.ID, &it.RunID, &it.Pipeline, &it.Key, &it.Stage, &stageIndex, &state, &prio,
 		&att, &rlw, &it.Payload, &it.Input, &it.EnqueuedAt, &it.NextAt, &it.LeaseOwner,
 		&leaseExp, &it.UpdatedAt, &rStage, &rClass, &rErr, &rAttempts, &rAt, &token,
-		&failed)
+		&failed, &it.OrderAt)
 	if err != nil {
 		return it, 0, err
 	}
@@ -42,6 +42,7 @@ func scanItem(row pgx.Row) (redrive.Item, int64, error) {
 	it.StageIndex, it.Priority, it.Attempt, it.RateLimitWaits = int(stageIndex), int(prio), int(att), int(rlw)
 	it.FailedAttempts = int(failed)
 	it.EnqueuedAt = it.EnqueuedAt.UTC()
+	it.OrderAt = it.OrderAt.UTC()
 	it.NextAt = it.NextAt.UTC()
 	it.UpdatedAt = it.UpdatedAt.UTC()
 	if leaseExp != nil {

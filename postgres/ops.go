@@ -137,6 +137,7 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 				payload = CASE WHEN u.keep THEN i.payload WHEN u.idx = 0 THEN i.input
 					ELSE (SELECT x.payload FROM `+s.q+`.item_stage_inputs x WHERE x.item_id = i.id AND x.stage_index = u.idx) END,
 				next_at = $5::timestamptz + ((u.ord - 1) * $6::bigint) * interval '1 microsecond',
+				ready = (u.ord - 1) * $6::bigint <= 0,
 				updated_at = $5, lease_owner = '', lease_expires_at = NULL,
 				reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
 			FROM u WHERE i.id = u.id

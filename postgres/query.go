@@ -233,12 +233,15 @@ func (s *Store) TopErrors(ctx context.Context, f redrive.ErrorFilter) ([]redrive
 }
 
 // OldestDue returns the smallest NextAt of the pending items due at now, or
-// the zero time when none is due. Pending items hold no lease: the
-// condition on it only selects the index items_pending_next_at.
+// the zero time when none is due: the first entry of each half (ready and
+// waiting) of items_waiting. Pending items hold no lease: the condition on
+// it only selects that index.
 func (s *Store) OldestDue(ctx context.Context, now time.Time) (time.Time, error) {
 	var t *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT min(next_at) FROM `+s.q+`.items
-		WHERE state = 'pending' AND lease_expires_at IS NULL AND next_at <= $1`, now).Scan(&t)
+	err := s.pool.QueryRow(ctx, `SELECT least(
+		(SELECT min(next_at) FROM `+s.q+`.items WHERE state = 'pending' AND lease_expires_at IS NULL AND ready AND next_at <= $1),
+		(SELECT min(next_at) FROM `+s.q+`.items WHERE state = 'pending' AND lease_expires_at IS NULL AND NOT ready AND next_at <= $1))`,
+		now).Scan(&t)
 	if err != nil {
 		return time.Time{}, s.fail("oldest due", err)
 	}
@@ -270,6 +273,7 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 	upd AS (
 		UPDATE ` + s.q + `.items i SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
 			next_at = ` + nowP + `::timestamptz + (num.n * ` + ivP + `::bigint) * interval '1 microsecond',
+			ready = num.n * ` + ivP + `::bigint <= 0,
 			updated_at = ` + nowP + `, lease_owner = '', lease_expires_at = NULL,
 			reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
 		FROM num WHERE i.id = num.id AND i.state = ANY(` + statesP + `::text[])
@@ -346,13 +350,43 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 		return 0, errors.New("postgres: delete succeeded: negative limit")
 	}
 	var a args
+	// Rows another process is deleting are skipped, not waited for.
 	n, err := s.deleteItems(ctx, `DELETE FROM `+s.q+`.items WHERE state = 'succeeded' AND id = ANY(ARRAY(
 		SELECT id FROM `+s.q+`.items WHERE state = 'succeeded' AND updated_at < `+a.add(before)+`
-		ORDER BY id`+limitClause(&a, limit)+`))`, a)
+		ORDER BY id`+limitClause(&a, limit)+` FOR UPDATE SKIP LOCKED))`, a)
 	if err != nil {
 		return 0, s.fail("delete succeeded", err)
 	}
 	return n, nil
+}
+
+// DeleteFinishedRuns deletes up to limit finished items of the runs that
+// finished before t, with their attempts, each statement its own
+// transaction, then the runs left without items and their count rows.
+func (s *Store) DeleteFinishedRuns(ctx context.Context, before time.Time, limit int) (items, runs int, err error) {
+	if limit < 0 {
+		return 0, 0, errors.New("postgres: delete finished runs: negative limit")
+	}
+	var a args
+	t := a.add(before)
+	items, err = s.deleteItems(ctx, `DELETE FROM `+s.q+`.items WHERE state IN ('succeeded', 'dead', 'canceled') AND id = ANY(ARRAY(
+		SELECT i.id FROM `+s.q+`.items i WHERE i.run_id IN (
+			SELECT r.id FROM `+s.q+`.runs r WHERE r.status <> 'running' AND r.finished_at < `+t+`)
+		AND i.state IN ('succeeded', 'dead', 'canceled')`+limitClause(&a, limit)+` FOR UPDATE SKIP LOCKED))`, a)
+	if err != nil {
+		return 0, 0, s.fail("delete finished runs", err)
+	}
+	var n int64
+	err = s.pool.QueryRow(ctx, `WITH d AS (
+		DELETE FROM `+s.q+`.runs r WHERE r.status <> 'running' AND r.finished_at < $1
+			AND NOT EXISTS (SELECT 1 FROM `+s.q+`.items i WHERE i.run_id = r.id)
+		RETURNING r.id),
+	dc AS (DELETE FROM `+s.q+`.run_counts WHERE run_id IN (SELECT id FROM d))
+	SELECT count(*) FROM d`, before).Scan(&n)
+	if err != nil {
+		return items, 0, s.fail("delete finished runs", err)
+	}
+	return items, int(n), nil
 }
 
 // deleteItems runs del, a DELETE of items, and deletes the attempts of the

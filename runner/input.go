@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"strconv"
+	"time"
 )
 
 // Line is one item read from a JSONL input file.
@@ -25,6 +26,10 @@ type Line struct {
 	Payload []byte
 	// Invalid, when not empty, says why the line cannot be processed.
 	Invalid string
+	// OrderAt is the line's "order_at" field, an RFC 3339 time: the item's
+	// order time among due items (see redrive.NewItem.OrderAt). Default:
+	// zero, the enqueue time.
+	OrderAt time.Time
 }
 
 // ReadInput reads a JSONL file: one JSON value per line, blank lines
@@ -106,5 +111,24 @@ func parseLine(n int, b []byte, firstLine map[string]int) Line {
 		return l
 	}
 	firstLine[l.ID] = n
+	if obj, ok := v.(map[string]any); ok {
+		if oa, ok := obj["order_at"]; ok {
+			s, _ := oa.(string)
+			t, err := time.Parse(time.RFC3339Nano, s)
+			if err != nil {
+				l.Invalid = fmt.Sprintf("invalid input: line %d: field order_at: want an RFC 3339 time such as \"2026-11-23T09:00:00Z\", got %s", n, jsonText(oa))
+			}
+			l.OrderAt = t
+		}
+	}
 	return l
+}
+
+// jsonText is v as JSON, for messages.
+func jsonText(v any) string {
+	b, err := json.Marshal(v)
+	if err != nil {
+		return fmt.Sprint(v)
+	}
+	return string(b)
 }

@@ -217,7 +217,7 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 	items := make([]redrive.NewItem, len(lines))
 	invalid := 0
 	for i, l := range lines {
-		items[i] = redrive.NewItem{Key: ItemKey(run.ID, l.ID), Payload: l.Payload, Invalid: l.Invalid}
+		items[i] = redrive.NewItem{Key: ItemKey(run.ID, l.ID), Payload: l.Payload, Invalid: l.Invalid, OrderAt: l.OrderAt}
 		if l.Invalid != "" {
 			invalid++
 		}

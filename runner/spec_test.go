@@ -91,6 +91,30 @@ func TestReadLines(t *testing.T) {
 	}
 }
 
+func TestReadLinesOrderAt(t *testing.T) {
+	in := `{"id": "a", "order_at": "2026-11-20T09:30:00Z"}
+{"id": "b"}
+{"id": "c", "order_at": "yesterday"}
+{"id": "d", "order_at": 1700000000}
+`
+	lines, err := readLines(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := time.Date(2026, 11, 20, 9, 30, 0, 0, time.UTC); !lines[0].OrderAt.Equal(want) || lines[0].Invalid != "" {
+		t.Errorf("line 1: OrderAt %v, invalid %q; want %v", lines[0].OrderAt, lines[0].Invalid, want)
+	}
+	if !lines[1].OrderAt.IsZero() || lines[1].Invalid != "" {
+		t.Errorf("line 2: OrderAt %v, invalid %q; want none", lines[1].OrderAt, lines[1].Invalid)
+	}
+	for i, want := range map[int]string{2: `line 3: field order_at: want an RFC 3339 time such as "2026-11-23T09:00:00Z", got "yesterday"`,
+		3: `line 4: field order_at: want an RFC 3339 time such as "2026-11-23T09:00:00Z", got 1700000000`} {
+		if !strings.Contains(lines[i].Invalid, want) {
+			t.Errorf("line %d: invalid %q, want %q", i+1, lines[i].Invalid, want)
+		}
+	}
+}
+
 func TestExpandEnvAndRedact(t *testing.T) {
 	t.Setenv("RUNNER_TEST_TOKEN", "tok")
 	if got := expandEnv("Bearer ${RUNNER_TEST_TOKEN} $HOME"); got != "Bearer tok $HOME" {

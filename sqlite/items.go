@@ -15,7 +15,7 @@ import (
 const itemCols = `id, run_id, pipeline, key, stage, stage_index, state, priority, attempt, rate_limit_waits,
 	payload, input, enqueued_at, next_at, lease_token, lease_owner, lease_expires_at, updated_at,
 	reason_stage, reason_class, reason_error, reason_attempts, reason_at,
-	failed_attempts`
+	failed_attempts, order_at`
 
 // scanItem scans itemCols and returns the item and its lease token.
 func scanItem(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
@@ -24,6 +24,7 @@ func scanItem(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
 		key, owner             sql.NullString
 		state                  string
 		enq, next, upd, token  int64
+		order                  sql.NullInt64
 		leaseExp, rAt          sql.NullInt64
 		rStage, rClass, rError sql.NullString
 		rAttempts              sql.NullInt64
@@ -31,13 +32,17 @@ func scanItem(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
 	err := sc.Scan(&it.ID, &it.RunID, &it.Pipeline, &key, &it.Stage, &it.StageIndex, &state, &it.Priority,
 		&it.Attempt, &it.RateLimitWaits, &it.Payload, &it.Input, &enq, &next, &token, &owner, &leaseExp, &upd,
 		&rStage, &rClass, &rError, &rAttempts, &rAt,
-		&it.FailedAttempts)
+		&it.FailedAttempts, &order)
 	if err != nil {
 		return it, 0, err
 	}
 	it.Key = key.String
 	it.State = redrive.State(state)
 	it.EnqueuedAt = ntz(enq)
+	it.OrderAt = it.EnqueuedAt
+	if order.Valid {
+		it.OrderAt = ntz(order.Int64)
+	}
 	it.NextAt = ntz(next)
 	it.LeaseOwner = owner.String
 	it.LeaseExpiresAt = nt(leaseExp)
@@ -77,9 +82,9 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 	out := make([]redrive.Enqueued, len(req.Items))
 	now := tnz(req.Now)
 	insStmt, err := s.stmts.get(ctx, `INSERT INTO items (run_id, pipeline, key, stage, stage_index, state,
-		priority, payload, input, enqueued_at, next_at, updated_at,
+		priority, payload, input, enqueued_at, next_at, updated_at, order_at, ready,
 		reason_stage, reason_class, reason_error, reason_attempts, reason_at)
-		VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)
+		VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)
 		ON CONFLICT DO NOTHING`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: enqueue: %w", err)
@@ -104,13 +109,17 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 		find := tx.StmtContext(ctx, findStmt)
 		for i, it := range req.Items {
 			state := redrive.StatePending
+			orderAt := now
+			if !it.OrderAt.IsZero() {
+				orderAt = tnz(it.OrderAt)
+			}
 			var rStage, rClass, rError, rAttempts, rAt any
 			if it.Invalid != "" {
 				state = redrive.StateDead
 				rStage, rClass, rError, rAttempts, rAt = req.Stage, redrive.ClassInvalidInput, it.Invalid, 0, now
 			}
 			res, err := ins.ExecContext(ctx, req.RunID, req.Pipeline, nullStr(it.Key), req.Stage, string(state),
-				it.Priority, blob(it.Payload), blob(it.Payload), now, now, now,
+				it.Priority, blob(it.Payload), blob(it.Payload), now, now, now, orderAt,
 				rStage, rClass, rError, rAttempts, rAt)
 			if err != nil {
 				return err
@@ -170,22 +179,26 @@ func placeholders(n int) string {
 	return strings.Repeat("?, ", n-1) + "?"
 }
 
-// Claim leases up to req.Limit due pending items of req.Pipelines in claim
-// order: priority (higher first), then enqueue time, then ID. The leases are
-// returned in that order. Each claim increments the item's lease token.
+// Claim promotes waiting items that have become due, then leases up to
+// req.Limit due pending items of req.Pipelines in claim order: priority
+// (higher first), then order time, then ID. The leases are returned in that
+// order. Each claim increments the item's lease token.
 func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Lease, error) {
 	if req.Limit <= 0 || len(req.Pipelines) == 0 {
 		return nil, nil
 	}
-	where, args := claimWhere(req, []string{"state = 'pending'", "next_at <= ?"}, []any{tnz(req.Now)})
+	where, args := claimWhere(req, []string{"state = 'pending'", "ready = 1", "next_at <= ?"}, []any{tnz(req.Now)})
+	// The walk of items_ready stops after the batch; next_at is in the
+	// index, so a ready item that a clock ahead of this one made ready is
+	// skipped without reading its row.
 	q := `UPDATE items SET state = 'running', lease_token = lease_token + 1, lease_owner = ?,
 		lease_expires_at = ?, updated_at = ?
-		WHERE id IN (SELECT id FROM items INDEXED BY items_claim WHERE ` + strings.Join(where, " AND ") + `
-			ORDER BY priority DESC, enqueued_at, id LIMIT ?)
+		WHERE id IN (SELECT id FROM items INDEXED BY items_ready WHERE ` + strings.Join(where, " AND ") + `
+			ORDER BY priority DESC, order_at, id LIMIT ?)
 		RETURNING ` + itemCols
 	args = append([]any{req.Owner, tnz(req.LeaseUntil), tnz(req.Now)}, args...)
 	args = append(args, req.Limit)
-	leases, err := s.claim(ctx, "claim", q, args, req.Limit)
+	leases, err := s.claim(ctx, "claim", q, args, req.Limit, tnz(req.Now), promoteBatch(req.Limit))
 	if err != nil {
 		return nil, err
 	}
@@ -193,13 +206,24 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 		if a.Item.Priority != b.Item.Priority {
 			return b.Item.Priority - a.Item.Priority
 		}
-		if c := a.Item.EnqueuedAt.Compare(b.Item.EnqueuedAt); c != 0 {
+		if c := a.Item.OrderAt.Compare(b.Item.OrderAt); c != 0 {
 			return c
 		}
 		return int(a.Item.ID - b.Item.ID)
 	})
 	return leases, nil
 }
+
+// promoteBatch is how many waiting items one claim of limit items
+// promotes at most: more than it takes, so that promotion outpaces claims
+// when a backlog comes due at once, and bounded, so that no claim pays for
+// a whole backlog.
+func promoteBatch(limit int) int { return max(1000, 4*limit) }
+
+// promoteSQL marks up to ?2 waiting pending items due at ?1 ready, oldest
+// next_at first, through items_waiting.
+const promoteSQL = `UPDATE items SET ready = 1 WHERE id IN (SELECT id FROM items INDEXED BY items_waiting
+	WHERE state = 'pending' AND ready = 0 AND next_at <= ?1 ORDER BY ready, next_at LIMIT ?2)`
 
 // ClaimExpired takes over up to req.Limit running items of req.Pipelines
 // whose lease expired before req.Now, oldest lease first, with a new token.
@@ -216,7 +240,7 @@ func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]r
 		RETURNING ` + itemCols
 	args = append([]any{req.Owner, tnz(req.LeaseUntil), tnz(req.Now)}, args...)
 	args = append(args, req.Limit)
-	leases, err := s.claim(ctx, "claim expired", q, args, req.Limit)
+	leases, err := s.claim(ctx, "claim expired", q, args, req.Limit, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -224,13 +248,26 @@ func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]r
 	return leases, nil
 }
 
-func (s *Store) claim(ctx context.Context, op, q string, args []any, limit int) ([]redrive.Lease, error) {
+// claim runs q, which leases items, in a write transaction; when promote
+// is positive it first promotes up to that many waiting items due at now.
+func (s *Store) claim(ctx context.Context, op, q string, args []any, limit int, now int64, promote int) ([]redrive.Lease, error) {
 	leases := make([]redrive.Lease, 0, limit)
 	st, err := s.stmts.get(ctx, q)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: %s: %w", op, err)
 	}
+	var pst *sql.Stmt
+	if promote > 0 {
+		if pst, err = s.stmts.get(ctx, promoteSQL); err != nil {
+			return nil, fmt.Errorf("sqlite: %s: %w", op, err)
+		}
+	}
 	err = s.writeTx(ctx, op, func(tx *sql.Tx) error {
+		if pst != nil {
+			if _, err := tx.StmtContext(ctx, pst).ExecContext(ctx, now, promote); err != nil {
+				return fmt.Errorf("promote due items: %w", err)
+			}
+		}
 		rows, err := tx.StmtContext(ctx, st).QueryContext(ctx, args...)
 		if err != nil {
 			return err
@@ -293,7 +330,7 @@ func (s *Store) Release(ctx context.Context, leases []redrive.LeaseRef, now time
 		return nil
 	}
 	return s.writeTx(ctx, "release", func(tx *sql.Tx) error {
-		st, err := tx.PrepareContext(ctx, `UPDATE items SET state = 'pending', next_at = ?, updated_at = ?,
+		st, err := tx.PrepareContext(ctx, `UPDATE items SET state = 'pending', next_at = ?, ready = 1, updated_at = ?,
 			lease_owner = NULL, lease_expires_at = NULL
 			WHERE id = ? AND lease_token = ? AND state = 'running'`)
 		if err != nil {
@@ -398,6 +435,7 @@ func completeSQL(n int) string {
 	var q strings.Builder
 	q.WriteString(`UPDATE items SET state = v.column3, stage = v.column4, stage_index = v.column5,
 		attempt = v.column6, rate_limit_waits = v.column7, next_at = COALESCE(v.column8, items.next_at),
+		ready = COALESCE(v.column8 <= v.column11, 0),
 		payload = CASE WHEN v.column9 THEN v.column10 ELSE items.payload END,
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = v.column11,
 		reason_stage = v.column12, reason_class = v.column13, reason_error = v.column14,

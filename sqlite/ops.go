@@ -158,10 +158,11 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 		for i, t := range ts {
 			runs[t.run] = true
 			q := `UPDATE items SET state = 'pending', stage = ?, stage_index = ?, payload = ?, attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
-				next_at = ?, updated_at = ?, lease_owner = NULL, lease_expires_at = NULL,
+				next_at = ?, ready = ?, updated_at = ?, lease_owner = NULL, lease_expires_at = NULL,
 				reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
 				WHERE id = ?`
-			qargs := []any{t.stage, t.index, blob(t.payload), base + int64(i)*int64(req.Interval), base, t.id}
+			next := base + int64(i)*int64(req.Interval)
+			qargs := []any{t.stage, t.index, blob(t.payload), next, next <= base, base, t.id}
 			switch {
 			case t.keep:
 				q = strings.Replace(q, "stage = ?, stage_index = ?, payload = ?, ", "", 1)

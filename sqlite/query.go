@@ -330,11 +330,15 @@ func (s *Store) TopErrors(ctx context.Context, f redrive.ErrorFilter) ([]redrive
 }
 
 // OldestDue returns the smallest NextAt of the pending items due at now, or
-// the zero time when none is due.
+// the zero time when none is due: the first entry of each half (ready and
+// waiting) of items_waiting.
 func (s *Store) OldestDue(ctx context.Context, now time.Time) (time.Time, error) {
 	var n sql.NullInt64
-	err := s.r.QueryRowContext(ctx,
-		`SELECT MIN(next_at) FROM items INDEXED BY items_claim WHERE state = 'pending' AND next_at <= ?`, tnz(now)).Scan(&n)
+	err := s.r.QueryRowContext(ctx, `SELECT MIN(next_at) FROM (
+		SELECT MIN(next_at) AS next_at FROM items INDEXED BY items_waiting WHERE state = 'pending' AND ready = 1 AND next_at <= ?1
+		UNION ALL
+		SELECT MIN(next_at) FROM items INDEXED BY items_waiting WHERE state = 'pending' AND ready = 0 AND next_at <= ?1)`,
+		tnz(now)).Scan(&n)
 	if err != nil {
 		return time.Time{}, fmt.Errorf("sqlite: oldest due: %w", err)
 	}
@@ -381,7 +385,7 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 			return err
 		}
 		upd, err := tx.PrepareContext(ctx, `UPDATE items SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
-			next_at = ?, updated_at = ?, lease_owner = NULL, lease_expires_at = NULL,
+			next_at = ?, ready = ?, updated_at = ?, lease_owner = NULL, lease_expires_at = NULL,
 			reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
 			WHERE id = ?`)
 		if err != nil {
@@ -390,7 +394,8 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 		defer upd.Close()
 		base := tnz(now)
 		for i, id := range ids {
-			if _, err := upd.ExecContext(ctx, base+int64(i)*int64(interval), base, id); err != nil {
+			next := base + int64(i)*int64(interval)
+			if _, err := upd.ExecContext(ctx, next, next <= base, base, id); err != nil {
 				return err
 			}
 		}
@@ -494,9 +499,64 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 	n := 0
 	err := s.writeTx(ctx, "delete succeeded", func(tx *sql.Tx) error {
 		var err error
-		n, err = deleteItems(ctx, tx, `SELECT id FROM items WHERE state = 'succeeded' AND updated_at < ? ORDER BY id`+limitClause(limit),
+		n, err = deleteItems(ctx, tx, `SELECT id FROM items INDEXED BY items_succeeded_updated
+			WHERE state = 'succeeded' AND updated_at < ? ORDER BY updated_at`+limitClause(limit),
 			[]any{tnz(before)})
 		return err
 	})
+	if err == nil {
+		s.deleted(ctx, n)
+	}
 	return n, err
+}
+
+// DeleteFinishedRuns deletes up to limit finished items of the runs that
+// finished before t, with their attempts, then the runs left without
+// items, in one transaction.
+func (s *Store) DeleteFinishedRuns(ctx context.Context, before time.Time, limit int) (items, runs int, err error) {
+	if limit < 0 {
+		return 0, 0, errors.New("sqlite: delete finished runs: negative limit")
+	}
+	err = s.writeTx(ctx, "delete finished runs", func(tx *sql.Tx) error {
+		var err error
+		items, err = deleteItems(ctx, tx, `SELECT i.id FROM items i WHERE i.run_id IN (
+				SELECT r.id FROM runs r WHERE r.status <> 'running' AND r.finished_at < ?)
+			AND i.state IN ('succeeded', 'dead', 'canceled')`+limitClause(limit), []any{tnz(before)})
+		if err != nil {
+			return err
+		}
+		res, err := tx.ExecContext(ctx, `DELETE FROM runs WHERE status <> 'running' AND finished_at < ?
+			AND NOT EXISTS (SELECT 1 FROM items i WHERE i.run_id = runs.id)`, tnz(before))
+		if err != nil {
+			return err
+		}
+		n, err := res.RowsAffected()
+		runs = int(n)
+		return err
+	})
+	if err != nil {
+		return 0, 0, err
+	}
+	s.deleted(ctx, items)
+	return items, runs, nil
+}
+
+// checkpointAfter is how many deleted items pass between two checkpoints
+// that truncate the write-ahead log.
+const checkpointAfter = 100_000
+
+// deleted notes that n items were deleted and, every checkpointAfter of
+// them, checkpoints the write-ahead log and truncates it: a retention pass
+// writes as much to the log as the work it cleans up after, and a log
+// left long is read by every reader until the next checkpoint. The freed
+// pages go on SQLite's free list, and new items reuse them, so the file
+// stops growing once retention keeps pace; only VACUUM gives the space
+// back to the file system. A failed checkpoint (a long reader) is retried
+// at the next one.
+func (s *Store) deleted(ctx context.Context, n int) {
+	if n == 0 || s.sinceCheckpoint.Add(int64(n)) < checkpointAfter {
+		return
+	}
+	s.sinceCheckpoint.Store(0)
+	_, _ = s.w.ExecContext(ctx, `PRAGMA wal_checkpoint(TRUNCATE)`)
 }

@@ -22,6 +22,7 @@ import (
 	"runtime"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redrive/redrive"
@@ -99,6 +100,8 @@ type Store struct {
 	r     *sql.DB // reads
 	path  string
 	stmts stmtCache // prepared on w
+
+	sinceCheckpoint atomic.Int64 // items deleted since the last checkpoint (see deleted)
 }
 
 var (

@@ -131,26 +131,35 @@ func TestClaimUsesIndex(t *testing.T) {
 	s := openTest(t, filepath.Join(t.TempDir(), "redrive.db"))
 	req := redrive.ClaimRequest{Pipelines: []string{"p"}, Limit: 10,
 		Exclude: []redrive.StageKey{{Pipeline: "p", Stage: "b"}}}
-	where, args := claimWhere(req, []string{"state = 'pending'", "next_at <= ?"}, []any{int64(0)})
-	q := `EXPLAIN QUERY PLAN SELECT id FROM items INDEXED BY items_claim WHERE ` + strings.Join(where, " AND ") +
-		` ORDER BY priority DESC, enqueued_at, id LIMIT 10`
-	rows, err := s.r.Query(q, args...)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer rows.Close()
-	var plan []string
-	for rows.Next() {
-		var id, parent, notused int
-		var detail string
-		if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-			t.Fatal(err)
+	where, args := claimWhere(req, []string{"state = 'pending'", "ready = 1", "next_at <= ?"}, []any{int64(0)})
+	claim := `SELECT id FROM items INDEXED BY items_ready WHERE ` + strings.Join(where, " AND ") +
+		` ORDER BY priority DESC, order_at, id LIMIT 10`
+	promote := promoteSQL[strings.Index(promoteSQL, "(SELECT")+1 : len(promoteSQL)-1]
+	for _, c := range []struct {
+		name, q, index string
+		args           []any
+	}{
+		{"claim", claim, "items_ready", args},
+		{"promote", promote, "items_waiting", []any{int64(0), 10}},
+	} {
+		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+c.q, c.args...)
+		if err != nil {
+			t.Fatal(c.name, err)
 		}
-		plan = append(plan, detail)
-	}
-	joined := strings.Join(plan, "; ")
-	if !strings.Contains(joined, "items_claim") || strings.Contains(joined, "TEMP B-TREE") {
-		t.Errorf("claim plan = %s; want a walk of items_claim without a sort", joined)
+		var plan []string
+		for rows.Next() {
+			var id, parent, notused int
+			var detail string
+			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
+				t.Fatal(err)
+			}
+			plan = append(plan, detail)
+		}
+		rows.Close()
+		joined := strings.Join(plan, "; ")
+		if !strings.Contains(joined, c.index) || strings.Contains(joined, "TEMP B-TREE") {
+			t.Errorf("%s plan = %s; want a walk of %s without a sort", c.name, joined, c.index)
+		}
 	}
 }
 

@@ -93,6 +93,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"PurgeKeepsCounts", testPurgeKeepsCounts}, {"ErrorContainsIgnoresCase", testErrorContainsIgnoresCase}, {"RunSource", testRunSource}, {"Workers", testWorkers}, {"RedriveFromStage", testRedriveFromStage},
 		{"Seeds", testSeeds},
 		{"FilterIDs", testFilterIDs},
+		{"OrderAt", testOrderAt}, {"ClaimWaitingBacklog", testClaimWaitingBacklog}, {"DeleteFinishedRuns", testDeleteFinishedRuns}, {"LargeEnqueue", testLargeEnqueue},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -32,6 +32,12 @@ type benchResult struct {
 	ItemsPerSecond     float64 `json:"items_per_second"`
 	StageCompletionsPS float64 `json:"stage_completions_per_second"`
 	Succeeded          int     `json:"succeeded"`
+	// On PostgreSQL, the limits measured in the same run (see
+	// postgres.Store.BareQueue) and the ratios to them.
+	CopyPerSecond  float64 `json:"copy_per_second,omitempty"`
+	BarePerSecond  float64 `json:"bare_sql_per_second,omitempty"`
+	InsertOverCopy float64 `json:"insert_over_copy,omitempty"`
+	WorkOverBare   float64 `json:"work_over_bare_sql,omitempty"`
 }
 
 func newBenchCmd() *cobra.Command {
@@ -39,6 +45,11 @@ func newBenchCmd() *cobra.Command {
 		items, stages, workers, batch int
 		asJSON                        bool
 		cpuProfile                    string
+		shape                         string
+		waiting                       float64
+		claimLimit, samples           int
+		real                          realOptions
+		rounds                        int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -55,6 +66,9 @@ afterwards, unless --pg-schema is given.`,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if items < 1 || stages < 1 || workers < 1 || batch < 0 {
 				return flagErrorf("items", "--items, --stages and --workers must be at least 1")
+			}
+			if err := checkShape(shape, items, waiting, claimLimit, samples); err != nil {
+				return err
 			}
 			ctx := cmd.Context()
 			c := dbConfigFrom(ctx)
@@ -94,9 +108,60 @@ afterwards, unless --pg-schema is given.`,
 				}
 				defer pprof.StopCPUProfile()
 			}
-			res, err := runBench(ctx, store, items, stages, workers, batch)
+			switch shape {
+			case shapeRealWorker:
+				return runRealWorker(ctx, store, stages, workers, batch, real.FailPercent)
+			case shapeReal:
+				real.Items, real.Stages, real.Workers, real.Batch = items, stages, workers, batch
+				real.Waiting = int(float64(items) * waiting)
+				real.URL, real.Schema = url, schema
+				r, err := runRealBench(ctx, store, real)
+				if err != nil {
+					return err
+				}
+				r.Store = redactURL(url)
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), r)
+				}
+				printReal(cmd.OutOrStdout(), r)
+				return nil
+			}
+			if shape == shapeBacklog {
+				waitingN := int(float64(items) * waiting)
+				r, err := runBacklogBench(ctx, store, items, waitingN, claimLimit, samples)
+				if err != nil {
+					return err
+				}
+				r.Store = redactURL(url)
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), r)
+				}
+				printBacklog(cmd.OutOrStdout(), r)
+				return nil
+			}
+			if rounds > 1 {
+				rs, err := runRounds(ctx, store, rounds, items, stages, workers, batch)
+				if err != nil {
+					return err
+				}
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), rs)
+				}
+				printRounds(cmd.OutOrStdout(), redactURL(url), rs)
+				return nil
+			}
+			res, err := runBench(ctx, store, items, stages, workers, batch, 0)
 			if err != nil {
 				return err
+			}
+			if pg, ok := store.(*postgres.Store); ok && stages == 1 {
+				bare, err := pg.BareQueue(ctx, items, res.Batch, 4, []byte(`{}`))
+				if err != nil {
+					return err
+				}
+				res.CopyPerSecond, res.BarePerSecond = bare.CopyPerSecond, bare.WorkPerSecond
+				res.InsertOverCopy = res.InsertPerSecond / bare.CopyPerSecond
+				res.WorkOverBare = res.ItemsPerSecond / bare.WorkPerSecond
 			}
 			res.Store = redactURL(url)
 			if asJSON {
@@ -107,6 +172,10 @@ afterwards, unless --pg-schema is given.`,
 			fmt.Fprintf(w, "items × stages     %d × %d, %d workers, claim batch %d, GOMAXPROCS %d\n", res.Items, res.Stages, res.Workers, res.Batch, res.GOMAXPROCS)
 			fmt.Fprintf(w, "insert             %.2fs  %.0f items/s\n", res.InsertSeconds, res.InsertPerSecond)
 			fmt.Fprintf(w, "work               %.2fs  %.0f items/s  %.0f stage completions/s\n", res.WorkSeconds, res.ItemsPerSecond, res.StageCompletionsPS)
+			if res.BarePerSecond > 0 {
+				fmt.Fprintf(w, "COPY               %.0f rows/s  (insert / COPY = %.2f)\n", res.CopyPerSecond, res.InsertOverCopy)
+				fmt.Fprintf(w, "bare SQL queue     %.0f items/s  (work / bare SQL = %.2f)\n", res.BarePerSecond, res.WorkOverBare)
+			}
 			return nil
 		},
 	}
@@ -116,12 +185,25 @@ afterwards, unless --pg-schema is given.`,
 	cmd.Flags().IntVar(&batch, "batch", 2000, "claim batch size (0: the engine's default for --workers); large batches suit no-op stages")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
+	cmd.Flags().StringVar(&shape, "shape", shapeNoop, "what to measure: "+shapeNoop+" (a no-op pipeline), "+shapeBacklog+
+		" (claim latency with items waiting on a backoff, against due items only) or "+shapeReal+
+		" (payloads, stages, failures, a waiting backlog, several processes)")
+	cmd.Flags().Float64Var(&waiting, "waiting", 0.9, "--shape backlog and real: items waiting on a backoff, as a fraction of --items")
+	cmd.Flags().IntVar(&claimLimit, "claim-limit", 100, "--shape backlog: items per timed claim")
+	cmd.Flags().IntVar(&samples, "samples", 200, "--shape backlog: timed claims per measurement")
+	cmd.Flags().IntVar(&rounds, "rounds", 1, "--shape noop: work --items this many times on the same store, deleting succeeded items as they finish, and compare the last round with the first")
+	cmd.Flags().IntVar(&real.Procs, "procs", 1, "--shape real: worker processes, this one included (PostgreSQL)")
+	cmd.Flags().IntVar(&real.Payload, "payload", 1024, "--shape real: payload bytes per item")
+	cmd.Flags().IntVar(&real.FailPercent, "fail-percent", 5, "--shape real: percentage of attempts that fail and are retried")
+	cmd.Flags().IntVar(&real.Probes, "probes", 200, "--shape real: single items enqueued into the idle engine to time enqueue-to-start")
 	cmd.AddCommand(newBenchOverloadCmd(), newBenchOutageCmd())
 	return cmd
 }
 
-// runBench enqueues and works a no-op pipeline on store.
-func runBench(ctx context.Context, store redrive.Store, items, stages, workers, batch int) (benchResult, error) {
+// runBench enqueues and works a no-op pipeline on store. A positive
+// retention deletes succeeded items that long after they succeeded,
+// checking every second.
+func runBench(ctx context.Context, store redrive.Store, items, stages, workers, batch int, retention time.Duration) (benchResult, error) {
 	res := benchResult{Items: items, Stages: stages, Workers: workers, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	total := int64(items * stages)
 	var done atomic.Int64
@@ -134,6 +216,9 @@ func runBench(ctx context.Context, store redrive.Store, items, stages, workers, 
 		}
 	}
 	cfg := redrive.Config{Workers: workers, ClaimBatch: batch, Observers: []func(redrive.Event){observe}}
+	if retention > 0 {
+		cfg.Retention, cfg.RetentionInterval = retention, time.Second
+	}
 	client := redrive.NewClient(store, cfg)
 	noop := func(_ context.Context, it *redrive.Item) ([]byte, error) { return it.Payload, nil }
 	p := redrive.Pipeline{Name: "bench"}
@@ -177,6 +262,11 @@ func runBench(ctx context.Context, store redrive.Store, items, stages, workers, 
 	}
 	if err != nil {
 		return res, err
+	}
+	if retention > 0 {
+		// Retention deleted succeeded items as they finished; every
+		// stage completion was counted above.
+		r.Counts.Succeeded += items - r.Counts.Total
 	}
 	if r.Counts.Succeeded != items {
 		return res, fmt.Errorf("bench: %d of %d items succeeded: %+v", r.Counts.Succeeded, items, r.Counts)
