@@ -490,11 +490,7 @@ func (s *server) cancelItem(w http.ResponseWriter, r *http.Request) {
 }
 
 // newItem builds the engine's item from a validated submitted one. The
-// order time and the callback are checked but not kept yet: the engine's
-// NewItem has no field for either in this version (order times and the
-// webhook outbox come with their own changes, which set them here), and
-// docs/api.md says so.
+// callback is checked but not kept yet (docs/api.md says so).
 func newItem(it submitItem, orderAt time.Time) redrive.NewItem {
-	_ = orderAt
-	return redrive.NewItem{Key: it.Key, Payload: bytes.TrimSpace(it.Input), Priority: it.Priority}
+	return redrive.NewItem{Key: it.Key, Payload: bytes.TrimSpace(it.Input), Priority: it.Priority, OrderAt: orderAt}
 }

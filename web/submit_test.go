@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/web"
@@ -277,4 +278,25 @@ func TestCancelItem(t *testing.T) {
 		t.Errorf("second cancel: %q", msg)
 	}
 	f.send(t, "POST", "/api/v1/items/999999/cancel", adminToken, `{}`).apiErr(t, http.StatusNotFound)
+}
+
+// TestSubmitOrderAt checks that a submitted order time is kept on the item,
+// where claims order by it.
+func TestSubmitOrderAt(t *testing.T) {
+	f := newFixture(t, scopedOptions())
+	s := f.submit(t, 201, "/api/v1/runs", `{"pipeline":"docs","items":[
+		{"key":"late","input":1,"order_at":"2026-11-22T09:00:00Z"},
+		{"key":"early","input":2,"order_at":"2026-11-22T08:00:00Z"}]}`)
+	if len(s.Items) != 2 {
+		t.Fatalf("submitted %d items, want 2", len(s.Items))
+	}
+	for i, want := range []string{"2026-11-22T09:00:00Z", "2026-11-22T08:00:00Z"} {
+		it, err := f.store.GetItem(context.Background(), s.Items[i].ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := it.OrderAt.UTC().Format(time.RFC3339); got != want {
+			t.Errorf("item %s: order time %s, want %s", s.Items[i].Key, got, want)
+		}
+	}
 }
