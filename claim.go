@@ -63,8 +63,9 @@ func (e *engine) claim(limit int) (int, error) {
 		p := e.pipelines[name]
 		for _, s := range p.Stages {
 			k := StageKey{Pipeline: name, Stage: s.Name}
-			if s.Breaker != nil {
-				st := s.Breaker.State()
+			f := e.flows[k]
+			if f != nil && f.breaker != nil {
+				st := f.breaker.State()
 				if prev := e.breakers[k]; prev != st {
 					e.breakers[k] = st
 					e.mu.Unlock()
@@ -81,6 +82,25 @@ func (e *engine) claim(limit int) (int, error) {
 					exclude = append(exclude, k)
 					if e.running[k] == 0 {
 						caps = append(caps, capped{k, 1})
+					}
+					continue
+				}
+			}
+			if f != nil && f.lim != nil {
+				if !f.gate.ClosedUntil(now).IsZero() {
+					// The dependency asked everybody to wait: its items stay
+					// in the queue, unclaimed, until the gate opens.
+					exclude = append(exclude, k)
+					continue
+				}
+				if c := f.claimCap(); c > 0 {
+					exclude = append(exclude, k)
+					free := c - e.running[k]
+					if s.Concurrency > 0 {
+						free = min(free, s.Concurrency-e.running[k])
+					}
+					if free > 0 {
+						caps = append(caps, capped{k, free})
 					}
 					continue
 				}
@@ -135,6 +155,7 @@ func (e *engine) claimBatch(req ClaimRequest, now time.Time) (int, error) {
 		if p := e.pipelines[l.Item.Pipeline]; p != nil {
 			t.pipeline = p
 			t.stage = p.stageIndex(l.Item.Stage)
+			t.flow = e.flows[t.key()]
 		}
 		lost += e.trackLocked(t)
 		ts[i] = t

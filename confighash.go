@@ -36,6 +36,18 @@ func (s Stage) ConfigHash() string {
 	c.integer("stage.concurrency", s.Concurrency)
 	c.flag("stage.count_rate_limit_waits", s.CountRateLimitWaits)
 	c.flag("stage.breaker", s.Breaker != nil)
+	// Flow control came later: its lines are written only when set, so
+	// that the hash of a stage without it is what it always was.
+	if s.Dependency != "" {
+		c.text("stage.dependency", s.Dependency)
+	}
+	if r := s.RateLimit; r != (RateLimit{}) {
+		c.number("stage.rate_limit.rate", r.Rate)
+		c.integer("stage.rate_limit.burst", r.Burst)
+		c.number("stage.rate_limit.min_rate", r.MinRate)
+		c.duration("stage.rate_limit.max_limited", r.MaxLimited)
+		c.flag("stage.rate_limit.off", r.Off)
+	}
 	p := s.Policy
 	c.integer("policy.max_attempts", p.MaxAttempts)
 	c.text("policy.backoff", p.Backoff.String())

@@ -64,10 +64,17 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 		case o.Class == retry.ClassFinal:
 			rec.Outcome = OutcomeDead
 			c.Attempt = number
+		case rateLimited && !counts && t.stageLimited:
+			// The whole stage was pushed back (flow.go): the item waits
+			// in the queue at no cost to its attempts or its allowance.
+			rec.Outcome = OutcomeRateLimited
+			rec.Delay = t.stageDelay
 		case rateLimited && !counts && it.RateLimitWaits < waits:
 			rec.Outcome = OutcomeRateLimited
 			rec.Number = number // recorded, but the counter does not move
-			rec.Delay = p.RateLimitDelay(o.RetryAfter, max(it.Attempt, 1))
+			// The delay grows with the item's waits (a 429 without
+			// Retry-After); it is never shorter than the Retry-After.
+			rec.Delay = p.RateLimitDelay(o.RetryAfter, it.RateLimitWaits+1)
 			c.RateLimitWaits = it.RateLimitWaits + 1
 		case t.probe && o.Class != retry.ClassFinal:
 			// The probe of a half-open breaker failed: the dependency is
@@ -84,6 +91,9 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 				rec.Delay = p.RateLimitDelay(o.RetryAfter, number)
 			}
 			c.Attempt = number
+			if p.Budget != nil && !p.Budget.TryRetry() {
+				rec.Delay = max(rec.Delay, budgetDelay(p))
+			}
 		default:
 			rec.Outcome = OutcomeDead
 			c.Attempt = number
@@ -96,6 +106,11 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 			if n := t.pipeline.maxAttempts(); n > 0 && c.FailedAttempts >= n && rec.Outcome != OutcomeDead {
 				rec.Outcome, rec.Delay, capReached = OutcomeDead, 0, true
 			}
+		}
+		if o.RetryAfter > 0 && rec.Outcome != OutcomeDead {
+			// No call goes out sooner than the dependency asked, whatever
+			// allowance is left.
+			rec.Delay = max(rec.Delay, o.RetryAfter)
 		}
 		if errors.Is(err, errLost) && rec.Outcome != OutcomeDead {
 			rec.Outcome = OutcomeLost
@@ -154,4 +169,14 @@ func (e *engine) abortedRun(id int64) (string, bool) {
 	defer e.mu.Unlock()
 	r, ok := e.aborted[id]
 	return r, ok
+}
+
+// budgetDelay is the least delay of a retry that the stage's retry budget
+// refused: the policy's MaxDelay (default 60 s), at most 10 minutes.
+func budgetDelay(p retry.Policy) time.Duration {
+	d := p.MaxDelay
+	if d <= 0 {
+		d = retry.DefaultMaxDelay
+	}
+	return min(d, 10*time.Minute)
 }

@@ -47,6 +47,11 @@ type engine struct {
 	aborted  map[int64]string // run ID -> abort reason
 	breakers map[StageKey]retry.BreakerState
 
+	// flows is the flow control of each stage (see flow.go); built at Start and
+	// read without a lock afterwards.
+	flows    map[StageKey]*flow
+	flowList []*flow
+
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when a Stop has finished
 	stopErr  error
@@ -66,6 +71,13 @@ type task struct {
 	release  bool // return the lease without an attempt
 	probe    bool // a half-open breaker's probe: its failure is the dependency's
 	events   []Event
+	// Flow control (flow.go): the stage's flow, the permit the call started
+	// with, and whether a rate-limited result was the whole stage's.
+	flow         *flow
+	permit       retry.Permit
+	started      time.Time
+	stageLimited bool
+	stageDelay   time.Duration
 	// cancel interrupts the running handler; lost records that the lease
 	// was taken over; completing that the completion or release is being
 	// written, so that the lease may end without having been lost. All
@@ -102,6 +114,9 @@ func (c *Client) Start(ctx context.Context) error {
 	for n, p := range c.pipelines {
 		e.pipelines[n] = p
 		e.names = append(e.names, n)
+	}
+	if err := e.buildFlows(); err != nil {
+		return err
 	}
 	e.claimCtx, e.stopClaim = context.WithCancel(context.WithoutCancel(ctx))
 	e.workCtx, e.stopWork = context.WithCancel(context.WithoutCancel(ctx))

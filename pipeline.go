@@ -27,20 +27,26 @@ type Stage struct {
 	Handle Handler
 	// Policy decides attempts, delays and classification. Its zero value
 	// takes the retry package's defaults: 3 attempts, exponential backoff
-	// from 1 s doubling to at most 60 s with ±20 % jitter. Only its
-	// attempt, delay, classification and rate-limit fields apply to a
-	// durable stage; MaxElapsed, hooks, Budget and Breaker are for
-	// in-process retries.
+	// from 1 s doubling to at most 60 s with ±20 % jitter. Its attempt,
+	// delay, classification and rate-limit fields apply to a durable stage,
+	// and its Budget: each first attempt at the stage is a request, and a
+	// retry the budget refuses is scheduled no sooner than MaxDelay (so an
+	// outage's retries are spread out, never dropped). MaxElapsed, hooks and
+	// Breaker are for in-process retries (see Stage.Breaker).
 	Policy retry.Policy
 	// Timeout bounds one attempt. Default 0: no timeout beyond the lease.
 	Timeout time.Duration
 	// Concurrency caps the attempts of this stage running at once in one
-	// client. Default 0: only the client's Workers bound it.
+	// client (the YAML key max_in_flight). Default 0: only the client's
+	// Workers bound it.
 	Concurrency int
 	// Breaker, when set, is consulted before claiming the stage's items:
 	// while it is open the stage claims nothing, so an outage neither
 	// burns attempts nor fills the dead-letter queue. Every attempt's
-	// result is recorded on it. Default nil: no breaker.
+	// result is recorded on it; a rate-limited result counts as an answer,
+	// not a failure. Default nil: the stage gets a breaker of its own (one
+	// per Dependency) that opens after 20 dependency failures in a row and
+	// probes again after 1 s, unless RateLimit.Off is set.
 	Breaker *retry.Breaker
 	// CountRateLimitWaits makes a rate-limited failure use up an attempt
 	// of the stage (and count towards Pipeline.MaxAttempts), as when a
@@ -50,6 +56,17 @@ type Stage struct {
 	// waits use up no attempt, up to Policy.MaxRateLimitWaits of them,
 	// because a rate limit is the dependency's state, not the item's fault.
 	CountRateLimitWaits bool
+	// RateLimit paces the calls the stage starts and adapts their rate to
+	// the dependency's push backs (see RateLimit and docs/engine.md, "Flow
+	// control"). Default: the zero RateLimit, which adapts to an unknown
+	// limit from slow start.
+	RateLimit RateLimit
+	// Dependency names what the stage calls. Stages of any pipeline of the
+	// client that name the same dependency share one pace, one gate and one
+	// breaker, and must have equal RateLimits; with RateLimit.Rate set, every
+	// process sharing the store shares the rate. Default "": the stage is a
+	// dependency of its own, named "pipeline/stage".
+	Dependency string
 }
 
 // Pipeline is a named, ordered list of stages.
@@ -89,6 +106,7 @@ func (p Pipeline) Validate() error {
 		return fmt.Errorf("%w: pipeline %q: MaxAttempts %d is negative (0 means no cap across stages)", ErrInvalidPipeline, p.Name, p.MaxAttempts)
 	}
 	seen := make(map[string]bool, len(p.Stages))
+	deps := map[string]RateLimit{}
 	for i, s := range p.Stages {
 		if s.Name == "" {
 			return fmt.Errorf("%w: pipeline %q stage %d has no name", ErrInvalidPipeline, p.Name, i)
@@ -105,6 +123,15 @@ func (p Pipeline) Validate() error {
 		}
 		if s.Timeout < 0 || s.Concurrency < 0 {
 			return fmt.Errorf("%w: pipeline %q stage %q: negative timeout or concurrency", ErrInvalidPipeline, p.Name, s.Name)
+		}
+		if err := s.RateLimit.validate(); err != nil {
+			return fmt.Errorf("%w: pipeline %q stage %q: %w", ErrInvalidPipeline, p.Name, s.Name, err)
+		}
+		if s.Dependency != "" {
+			if r, ok := deps[s.Dependency]; ok && r != s.RateLimit {
+				return fmt.Errorf("%w: pipeline %q stage %q: dependency %q has another rate limit in an earlier stage", ErrInvalidPipeline, p.Name, s.Name, s.Dependency)
+			}
+			deps[s.Dependency] = s.RateLimit
 		}
 	}
 	return nil

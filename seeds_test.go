@@ -165,9 +165,13 @@ func TestCountRateLimitWaits(t *testing.T) {
 		}
 		pol := fast(3)
 		pol.MaxRateLimitWaits = 2
+		// Flow control off: this test is about how an item's own waits
+		// count; with it on, a stage that every call pushes back lets its
+		// items wait for free for RateLimit.MaxLimited (flow_test.go).
+		off := redrive.RateLimit{Off: true}
 		c := startClient(t, s, testConfig(nil),
-			redrive.Pipeline{Name: "counted", Stages: []redrive.Stage{{Name: "llm", Policy: pol, CountRateLimitWaits: true, Handle: limited(&counted)}}},
-			redrive.Pipeline{Name: "free", Stages: []redrive.Stage{{Name: "llm", Policy: pol, Handle: limited(&free)}}},
+			redrive.Pipeline{Name: "counted", Stages: []redrive.Stage{{Name: "llm", Policy: pol, CountRateLimitWaits: true, RateLimit: off, Handle: limited(&counted)}}},
+			redrive.Pipeline{Name: "free", Stages: []redrive.Stage{{Name: "llm", Policy: pol, RateLimit: off, Handle: limited(&free)}}},
 			redrive.Pipeline{Name: "capped", MaxAttempts: 2, Stages: []redrive.Stage{
 				{Name: "fetch", Policy: fast(3), Handle: func(_ context.Context, it *redrive.Item) ([]byte, error) {
 					if it.Attempt == 0 {
@@ -175,7 +179,7 @@ func TestCountRateLimitWaits(t *testing.T) {
 					}
 					return it.Payload, nil
 				}},
-				{Name: "llm", Policy: pol, CountRateLimitWaits: true, Handle: limited(&capped)},
+				{Name: "llm", Policy: pol, CountRateLimitWaits: true, RateLimit: off, Handle: limited(&capped)},
 			}},
 		)
 		ids := map[string]int64{}

@@ -34,13 +34,29 @@ func (e *engine) attempt(t *task) {
 		return
 	}
 	st := &t.pipeline.Stages[t.stage]
-	if st.Breaker != nil {
-		if err := st.Breaker.Allow(); err != nil {
+	var br *retry.Breaker
+	if t.flow != nil {
+		br = t.flow.breaker
+	}
+	if br != nil {
+		if err := br.Allow(); err != nil {
 			// The dependency is down: give the item back unattempted.
 			t.release = true
 			return
 		}
-		t.probe = st.Breaker.State() == retry.BreakerHalfOpen
+		t.probe = br.State() == retry.BreakerHalfOpen && t.flow.freeProbe(e.cfg.Now())
+	}
+	if t.flow != nil && !e.pace(t) {
+		// The stage's gate is closed or the client stops: the item goes
+		// back without an attempt, its allowance untouched.
+		if br != nil {
+			br.Record(context.Canceled)
+		}
+		t.release = true
+		return
+	}
+	if st.Policy.Budget != nil && it.Attempt == 0 && it.RateLimitWaits == 0 {
+		st.Policy.Budget.OnRequest()
 	}
 	// The engine is the outer retry layer: a retry.Do inside the handler
 	// makes one attempt per durable attempt instead of multiplying them.
@@ -55,6 +71,10 @@ func (e *engine) attempt(t *task) {
 	if lost {
 		// Taken over while it waited for a worker.
 		cancel()
+		t.permit.Done()
+		if br != nil {
+			br.Record(context.Canceled)
+		}
 		t.release = true
 		return
 	}
@@ -68,22 +88,36 @@ func (e *engine) attempt(t *task) {
 	if lost {
 		// Another worker took the item over: this result cannot be
 		// recorded (the token is stale), so nothing is written.
+		t.permit.Done()
+		if br != nil {
+			br.Record(context.Canceled)
+		}
 		t.release = true
 		return
 	}
 	if err != nil && e.workCtx.Err() != nil {
 		// The client is stopping and interrupted the handler: the
 		// attempt did not fail on its own, so it is not counted.
+		t.permit.Done()
+		if br != nil {
+			br.Record(context.Canceled)
+		}
 		t.release = true
 		return
-	}
-	if st.Breaker != nil {
-		st.Breaker.Record(err)
 	}
 	var o retry.Outcome
 	if err != nil {
 		o = classify(st.Policy, err)
 	}
+	if br != nil {
+		if o.Class == retry.ClassRateLimited {
+			// The dependency answered: its rate is the flow's business.
+			br.Record(nil)
+		} else {
+			br.Record(err)
+		}
+	}
+	e.settle(t, err, o, end)
 	e.decide(t, st.Policy, out, err, o, start, end)
 }
 

@@ -126,6 +126,7 @@ var allNames = []string{
 	nameBreakerState, nameItems, nameItemsStuck, nameOldestDueAge,
 	nameBudgetRequests, nameBudgetRetries, nameBudgetRatio,
 	nameStoreErrors, nameRefreshDuration, nameTimeToSuccess,
+	nameFlowRate, nameFlowSlowStart, nameFlowGate, nameFlowWaited, nameFlowLimited,
 }
 
 // Names returns the names of every metric a Metrics exports with the
@@ -210,8 +211,11 @@ type Metrics struct {
 	cached    []prometheus.Metric
 	cachedAt  time.Time
 
-	budgetMu sync.Mutex
+	budgetMu sync.Mutex // guards budgets and flows
 	budgets  map[string]*retry.Budget
+	flows    func() []redrive.FlowState
+
+	flowDescs flowDescs
 }
 
 // zeroClasses are the error classes whose dead-letter counters a stage
@@ -245,7 +249,7 @@ type deadKey struct{ pipeline, stage, class string }
 func New(store redrive.Store, opts Options) *Metrics {
 	opts = opts.withDefaults()
 	ns := opts.Namespace
-	m := &Metrics{store: store, opts: opts, budgets: map[string]*retry.Budget{}}
+	m := &Metrics{store: store, opts: opts, budgets: map[string]*retry.Budget{}, flowDescs: newFlowDescs(ns)}
 	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: nameAttempts,
 		Help: "Attempts recorded, by pipeline, stage, outcome (succeeded, retry, rate_limited, dead, lost) and error class (none for a success).",
@@ -466,6 +470,7 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 	ch <- m.budgetRequestsDesc
 	ch <- m.budgetRetriesDesc
 	ch <- m.budgetRatioDesc
+	m.describeFlows(ch)
 }
 
 // Collect implements prometheus.Collector. The store-derived gauges come
@@ -483,6 +488,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 	}
 	ch <- m.storeErrors
 	m.collectBudgets(ch)
+	m.collectFlows(ch)
 }
 
 func (m *Metrics) eventCollectors() []prometheus.Collector {

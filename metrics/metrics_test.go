@@ -461,6 +461,7 @@ func TestNames(t *testing.T) {
 		m.Observe(ev)
 	}
 	m.TrackBudget("b", retry.NewBudget(retry.BudgetOptions{}))
+	m.TrackFlows(func() []redrive.FlowState { return []redrive.FlowState{{Dependency: "p/s"}} })
 	mfs, err := reg.Gather()
 	if err != nil {
 		t.Fatal(err)

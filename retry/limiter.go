@@ -67,6 +67,7 @@ type Limiter struct {
 	lastCut  atomic.Int64  // when the rate was last lowered, Unix ns
 	peak     atomic.Uint64 // float64 bits: the rate at the last push back
 	first    atomic.Int64  // the first call's start, Unix ns
+	pause    atomic.Int64  // no call starts before this, Unix ns
 	succ     successRing
 
 	// Slow start: a window of calls in flight that grows by one per success.
@@ -130,6 +131,19 @@ func (l *Limiter) SlowStart() bool { return l.slow.Load() }
 
 // Wait blocks until a call may start and returns its Permit, or returns ctx's error.
 func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
+	if u := l.pause.Load(); u > l.o.Now().UnixNano() {
+		// Paused: resume from a random point of the first interval (or of 50 ms
+		// in slow start), so that callers released together do not start together.
+		spread := max(l.interval.Load(), int64(50*time.Millisecond))
+		d := u - l.o.Now().UnixNano() + rand.Int64N(spread)
+		t := time.NewTimer(time.Duration(d))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return Permit{}, ctx.Err()
+		case <-t.C:
+		}
+	}
 	if l.slow.Load() {
 		if err := l.enterWindow(ctx); err != nil {
 			return Permit{}, err
@@ -263,17 +277,21 @@ func (p Permit) Success() {
 
 // PushBack reports that the dependency pushed back (a 429, a 503, a rate-limited
 // error): the rate drops by the Decrease factor, once for all the calls that started
-// before the previous drop. The first push back ends slow start.
-func (p Permit) PushBack() {
+// before the previous drop. The first push back ends slow start. PushBack reports
+// whether this push back lowered the rate (false for the others of its round).
+func (p Permit) PushBack() bool {
 	l := p.l
 	if l == nil {
-		return
+		return false
 	}
 	if p.slow {
 		l.inflight.Add(-1)
 	}
 	if l.o.Fixed {
-		return
+		if p.slow {
+			l.signal()
+		}
+		return false
 	}
 	now := l.o.Now().UnixNano()
 	for {
@@ -283,25 +301,42 @@ func (p Permit) PushBack() {
 			if p.slow {
 				l.signal()
 			}
-			return
+			return false
 		}
 		if l.lastCut.CompareAndSwap(last, now) {
 			break
 		}
 	}
 	r := l.Rate()
-	if l.slow.Swap(false) {
-		// Slow start ends at the rate the dependency delivered: the successes of the last
-		// second, which also counts a burst it let through.
+	if l.slow.Load() {
+		// Slow start ends at the rate the dependency delivered: the successes of the
+		// last second, which also counts a burst it let through. With hardly any
+		// success to go by, the window halves instead, as TCP's does.
 		elapsed := min(max(now-l.first.Load(), int64(100*time.Millisecond)), int64(time.Second))
-		r = float64(l.succ.sum(now)) * float64(time.Second) / float64(elapsed)
-		r = max(r, l.floor)
+		n := l.succ.sum(now)
+		if n < 2 {
+			for {
+				w := l.window.Load()
+				if l.window.CompareAndSwap(w, max(w/2, 1)) {
+					break
+				}
+			}
+			if p.slow {
+				l.signal()
+			}
+			return true
+		}
+		if !l.slow.Swap(false) {
+			return true
+		}
+		r = max(float64(n)*float64(time.Second)/float64(elapsed), l.floor)
 		l.tat.Store(now)
 		l.signal()
 	}
 	r = min(r, l.ceiling)
 	l.peak.Store(math.Float64bits(r))
 	l.setRate(r * l.decrease)
+	return true
 }
 
 // Done reports a result that says nothing about the dependency's capacity (an invalid
@@ -312,23 +347,25 @@ func (p Permit) Done() {
 	}
 }
 
-// PauseUntil makes the next call wait until t, then resumes at the current rate from a
+// PauseUntil makes every call wait until t, then resumes at the current rate from a
 // random point of the first interval, so that callers released together do not start
-// together. A limiter in slow start leaves it and paces from t.
+// together.
 func (l *Limiter) PauseUntil(t time.Time) {
-	if l.slow.Swap(false) {
-		now := l.o.Now().UnixNano()
-		elapsed := min(max(now-l.first.Load(), int64(100*time.Millisecond)), int64(time.Second))
-		r := max(float64(l.succ.sum(now))*float64(time.Second)/float64(elapsed), l.floor)
-		l.peak.Store(math.Float64bits(r))
-		l.setRate(r)
-		l.signal()
+	at := t.UnixNano()
+	for {
+		cur := l.pause.Load()
+		if cur >= at || l.pause.CompareAndSwap(cur, at) {
+			break
+		}
 	}
 	iv := l.interval.Load()
-	at := t.UnixNano() + rand.Int64N(iv+1) + (l.burst-1)*iv
+	if iv == 0 {
+		return
+	}
+	next := at + rand.Int64N(iv+1) + (l.burst-1)*iv
 	for {
 		tat := l.tat.Load()
-		if tat >= at || l.tat.CompareAndSwap(tat, at) {
+		if tat >= next || l.tat.CompareAndSwap(tat, next) {
 			return
 		}
 	}

@@ -117,8 +117,8 @@ func (s *Spec) Pipeline() (redrive.Pipeline, error) {
 		if timeout == 0 {
 			timeout = DefaultStageTimeout
 		}
-		p.Stages = append(p.Stages, redrive.Stage{Name: st.Name, Handle: h, Policy: pol, Timeout: timeout, Concurrency: st.Concurrency,
-			CountRateLimitWaits: st.Retry.CountRateLimitWaits})
+		p.Stages = append(p.Stages, redrive.Stage{Name: st.Name, Handle: h, Policy: pol, Timeout: timeout, Concurrency: st.inFlight(),
+			CountRateLimitWaits: st.Retry.CountRateLimitWaits, RateLimit: st.rateLimit(), Dependency: st.Dependency})
 	}
 	if err := p.Validate(); err != nil {
 		return p, fmt.Errorf("%s: %w", s.File, err)

@@ -95,6 +95,24 @@ type StageSpec struct {
 	// Concurrency caps the stage's attempts running at once. Default 0:
 	// only workers bound it.
 	Concurrency int `yaml:"concurrency"`
+	// RateLimit is the most calls per unit of time the stage starts ("50/s",
+	// "3000/min"), over every process sharing the database, or "off". Default
+	// unset: the limit is unknown and the stage adapts to its dependency (slow
+	// start, then lower on 429s and higher on successes).
+	RateLimit Rate `yaml:"rate_limit"`
+	// Burst is how many calls may start together after a quiet spell.
+	// Default 0: 1, so that calls are evenly spaced.
+	Burst int `yaml:"burst"`
+	// MaxInFlight caps the stage's attempts running at once in one process;
+	// the same setting as concurrency. Default 0: only workers bound it.
+	MaxInFlight int `yaml:"max_in_flight"`
+	// Dependency names what the stage calls: stages that name the same
+	// dependency share one rate limit and one gate. Default "": the stage is
+	// a dependency of its own.
+	Dependency string `yaml:"dependency"`
+	// MaxLimited bounds how long items wait for free while the whole stage is
+	// rate limited, before their own allowance pays. Default 0: 10m.
+	MaxLimited Duration `yaml:"max_limited"`
 
 	// Pos is where the mapping starts in the file (set by Parse).
 	Pos Pos `yaml:"-"`
@@ -316,6 +334,9 @@ func (s *Spec) validate() error {
 		}
 		if st.Concurrency < 0 {
 			return at(keyPos(st.Keys, "concurrency", st.Pos), "concurrency %d must not be negative", st.Concurrency)
+		}
+		if err := st.validateFlow(); err != nil {
+			return err
 		}
 		if st.Exec != nil {
 			if strings.TrimSpace(st.Exec.Command) == "" {

@@ -8,6 +8,7 @@ import (
 	"strconv"
 	"strings"
 	"text/tabwriter"
+	"time"
 
 	"github.com/redrive/redrive"
 )
@@ -104,6 +105,9 @@ type Summary struct {
 	// scheduled by this invocation.
 	Retries        int `json:"retries"`
 	RateLimitWaits int `json:"rate_limit_waits"`
+	// WaitingOnLimit is how much of the run's time its items spent waiting on
+	// rate limits (nil when the store cannot tell).
+	WaitingOnLimit *redrive.LimitedTime `json:"waiting_on_limit,omitempty"`
 	// RetryHistogram counts the run's finished items by retries needed.
 	RetryHistogram []redrive.HistogramBucket `json:"retry_histogram"`
 	// TopErrors are the most frequent failed-attempt errors, at most 8.
@@ -172,6 +176,11 @@ func (s *Summary) fill(ctx context.Context, store redrive.Store, r redrive.Run, 
 	}
 	_, _, s.Retries, s.RateLimitWaits = p.counts()
 	var err error
+	if lt, ok, err := redrive.RunLimitedTime(ctx, store, r, time.Now()); err != nil {
+		return fmt.Errorf("runner: time waiting on the limit: %w", err)
+	} else if ok {
+		s.WaitingOnLimit = &lt
+	}
 	if s.RetryHistogram, err = store.RetryHistogram(ctx, r.ID); err != nil {
 		return fmt.Errorf("runner: retry histogram: %w", err)
 	}
@@ -297,6 +306,9 @@ func (s *Summary) WriteText(w io.Writer) error {
 		fmt.Fprintf(&b, "failure budget: none configured; dead rate %s\n", pct(fb.DeadRate))
 	}
 	fmt.Fprintf(&b, "retries: %d scheduled, %d rate-limited waits (this invocation)\n", s.Retries, s.RateLimitWaits)
+	if lt := s.WaitingOnLimit; lt != nil {
+		fmt.Fprintf(&b, "waiting on the limit: %s\n", FormatLimitedTime(*lt))
+	}
 	if len(s.RetryHistogram) > 0 {
 		b.WriteString("retry histogram (retries: items):")
 		for _, h := range s.RetryHistogram {
@@ -363,4 +375,27 @@ func (s *Summary) writeCommands(b *strings.Builder) {
 	} else {
 		b.WriteString("  redriven items wait for a worker: run the pipeline again, or see `redrive workers`\n")
 	}
+}
+
+// FormatLimitedTime says how much of a run's time was spent waiting on rate limits:
+// "12.3s of 60.0s (20.5%); llm_call 12.3s".
+func FormatLimitedTime(lt redrive.LimitedTime) string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%.1fs", lt.Total.Seconds())
+	if lt.Elapsed > 0 {
+		fmt.Fprintf(&b, " of %.1fs (%s)", lt.Elapsed.Seconds(), pct(min(lt.Total.Seconds()/lt.Elapsed.Seconds(), 1)))
+	}
+	stages := make([]string, 0, len(lt.ByStage))
+	for st := range lt.ByStage {
+		stages = append(stages, st)
+	}
+	sort.Strings(stages)
+	for i, st := range stages {
+		sep := ", "
+		if i == 0 {
+			sep = "; "
+		}
+		fmt.Fprintf(&b, "%s%s %.1fs", sep, st, lt.ByStage[st].Seconds())
+	}
+	return b.String()
 }

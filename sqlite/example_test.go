@@ -103,5 +103,6 @@ func ExampleStore_MigrationStatus() {
 	// 0001 init applied: true
 	// 0002 seeds applied: true
 	// 0003 ops applied: true
+	// 0004 limits applied: true
 	// 0005 ready_order applied: true
 }

@@ -5,8 +5,10 @@ import (
 	"fmt"
 	"io"
 	"strings"
+	"time"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/runner"
 	"github.com/spf13/cobra"
 )
 
@@ -92,6 +94,7 @@ type runDetail struct {
 	Run            runJSON                   `json:"run"`
 	RetryHistogram []redrive.HistogramBucket `json:"retry_histogram"`
 	TopErrors      []redrive.ErrorCount      `json:"top_errors"`
+	WaitingOnLimit *redrive.LimitedTime      `json:"waiting_on_limit,omitempty"`
 }
 
 func newRunsShowCmd() *cobra.Command {
@@ -116,6 +119,12 @@ func newRunsShowCmd() *cobra.Command {
 			if err != nil {
 				return fmt.Errorf("top errors of run %d: %w", id, err)
 			}
+			var waiting *redrive.LimitedTime
+			if lt, ok, err := redrive.RunLimitedTime(ctx, s, r, time.Now()); err != nil {
+				return fmt.Errorf("time run %d waited on rate limits: %w", id, err)
+			} else if ok {
+				waiting = &lt
+			}
 			if hist == nil {
 				hist = []redrive.HistogramBucket{}
 			}
@@ -124,7 +133,7 @@ func newRunsShowCmd() *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			if *asJSON {
-				return writeJSON(w, runDetail{Run: runJSON{Run: r, SuccessRate: r.SuccessRate()}, RetryHistogram: hist, TopErrors: top})
+				return writeJSON(w, runDetail{Run: runJSON{Run: r, SuccessRate: r.SuccessRate()}, RetryHistogram: hist, TopErrors: top, WaitingOnLimit: waiting})
 			}
 			c := r.Counts
 			o := r.Options
@@ -149,6 +158,9 @@ func newRunsShowCmd() *cobra.Command {
 					orDefault(o.SuccessThreshold, redrive.DefaultSuccessThreshold), orDefault(o.PartialThreshold, redrive.DefaultPartialThreshold),
 					budget(o.FailureBudget), minItems(o.MinItems)),
 			)
+			if waiting != nil {
+				pairs = append(pairs, "Waiting on limit", runner.FormatLimitedTime(*waiting))
+			}
 			if err := kv(w, pairs...); err != nil {
 				return err
 			}
