@@ -23,7 +23,7 @@ type Worker struct {
 	// LastSeen is the client's last heartbeat.
 	LastSeen time.Time `json:"last_seen"`
 	// ExpiresAt is when the row goes stale unless the client heartbeats
-	// again: LastSeen plus three heartbeat intervals.
+	// again: LastSeen plus three heartbeat intervals, and at least 5 s.
 	ExpiresAt time.Time `json:"expires_at"`
 }
 
@@ -51,8 +51,12 @@ func LiveWorkers(ctx context.Context, s Store, p string, now time.Time) ([]Worke
 }
 
 // workerStaleAfter is how many heartbeat intervals a worker row stays live
-// without a heartbeat.
-const workerStaleAfter = 3
+// without a heartbeat, and workerMinLive the least time it stays live: a
+// process that is busy or descheduled for a moment is not taken for gone.
+const (
+	workerStaleAfter = 3
+	workerMinLive    = 5 * time.Second
+)
 
 // startWorkerHeartbeat records the engine in the workers table now and
 // every heartbeat interval until the engine stops, then removes the row.
@@ -67,7 +71,7 @@ func (e *engine) startWorkerHeartbeat() {
 	w := Worker{Owner: e.cfg.Owner, Host: host, PID: os.Getpid(), Pipelines: names, StartedAt: e.cfg.Now()}
 	beat := func() {
 		w.LastSeen = e.cfg.Now()
-		w.ExpiresAt = w.LastSeen.Add(workerStaleAfter * e.cfg.HeartbeatInterval)
+		w.ExpiresAt = w.LastSeen.Add(max(workerStaleAfter*e.cfg.HeartbeatInterval, workerMinLive))
 		if err := e.store.UpsertWorker(e.bgCtx, w); err != nil && e.bgCtx.Err() == nil {
 			e.log.Warn("redrive: recording the worker failed", "err", err)
 		}
