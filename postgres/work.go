@@ -543,7 +543,9 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	// estimated such a scan at one row and rescanned the completions for
 	// each item it found, quadratically. Without one, each completion
 	// probes items_pkey. The UPDATE returns what the attempts need, so they
-	// are inserted without a second join.
+	// are inserted without a second join; a completion that moves the item
+	// on a stage also stores that stage and its input (the item's new
+	// payload) on its attempt, for RedriveFrom (see migration 0010).
 	rows, err := s.pool.Query(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
 	upd AS (
 		UPDATE `+s.q+`.items i SET state = u.state, stage_index = u.stage_index, stage = u.stage,
@@ -570,12 +572,15 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 			AND `+lockedFirst+`
 		RETURNING i.id, u.token, u.ord, coalesce(nullif(u.a_item, 0), i.id) AS a_item, coalesce(nullif(u.a_run, 0), i.run_id) AS a_run,
 			coalesce(nullif(u.a_pipeline, ''), i.pipeline) AS a_pipeline, u.a_stage, u.a_stage_index, u.a_number, u.a_outcome,
-			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay, u.a_hash),
+			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay, u.a_hash,
+			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage END AS next_stage,
+			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage_index END AS next_stage_index,
+			CASE WHEN i.stage_index > u.a_stage_index THEN i.payload END AS next_input),
 	ins AS (
 		INSERT INTO `+s.q+`.attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class, error,
-			started_at, finished_at, delay_ns, config_hash)
+			started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input)
 		SELECT a_item, a_run, a_pipeline, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error,
-			a_started, a_finished, a_delay, a_hash
+			a_started, a_finished, a_delay, a_hash, next_stage, next_stage_index, next_input
 		FROM upd ORDER BY ord)
 	SELECT id, token FROM upd`,
 		ids, tokens, states, stageIdx, stages, attempts, rlws, nextAts, payloads, nows, rHas, rStages, rClasses, rErrs,
