@@ -388,11 +388,15 @@ func (s *Store) Heartbeat(ctx context.Context, leases []redrive.LeaseRef, until 
 	}
 	ids, tokens := splitRefs(leases)
 	// Fenced by token, and the leases drive the join (see Complete); the
-	// rows are locked in ID order first (see lockLeased).
+	// rows are locked in ID order first (see lockLeased). A heartbeat
+	// changes no count, and says so to the run_counts trigger before the
+	// update runs (see migration 0010): the statement is its own
+	// transaction, so the setting ends with it.
 	rows, err := s.pool.Query(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
 	upd AS (UPDATE `+s.q+`.items i SET lease_expires_at = $3
 		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
+			AND `+countsUnchanged+`
 		RETURNING i.id, i.lease_token)
 	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
@@ -430,6 +434,12 @@ func (s *Store) lockLeased(ids, tokens string) string {
 // lockedFirst is the condition that makes an UPDATE read lk (see
 // lockLeased) before its first row: a constant subquery, evaluated once.
 const lockedFirst = `(SELECT count(*) FROM lk) >= 0`
+
+// countsUnchanged is the condition that tells the run_counts update
+// trigger, before an UPDATE touches a row, that the statement changes no
+// item's run or state (see migration 0010): a constant subquery, evaluated
+// once, that is always true.
+const countsUnchanged = `(SELECT set_config('redrive.counts_unchanged', 'on', true)) = 'on'`
 
 // Release returns the leased items still held to pending, due at now,
 // without recording an attempt, and notifies listeners.
