@@ -82,11 +82,17 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 	// For each selected item, the stage index to restart at: its own when
 	// it stopped at the stage, else the latest earlier index whose stored
 	// input belongs to the stage, else 0 when its first stage has that
-	// name; NULL when it never reached the stage.
+	// name; NULL when it never reached the stage. Inputs are stored on the
+	// attempt that moved the item on (migration 0010), and in
+	// item_stage_inputs for moves made before it.
 	sel := `SELECT s.id, CASE
 			WHEN s.stage = ` + stageP + ` THEN s.stage_index
-			ELSE coalesce((SELECT x.stage_index FROM ` + s.q + `.item_stage_inputs x
-				WHERE x.item_id = s.id AND x.stage = ` + stageP + ` AND x.stage_index < s.stage_index
+			ELSE coalesce((SELECT x.stage_index FROM (
+					SELECT t.next_stage_index AS stage_index FROM ` + s.q + `.attempts t
+					WHERE t.item_id = s.id AND t.next_stage = ` + stageP + ` AND t.next_stage_index < s.stage_index
+					UNION ALL
+					SELECT x.stage_index FROM ` + s.q + `.item_stage_inputs x
+					WHERE x.item_id = s.id AND x.stage = ` + stageP + ` AND x.stage_index < s.stage_index) x
 				ORDER BY x.stage_index DESC LIMIT 1),
 				CASE WHEN s.stage_index > 0 AND EXISTS (SELECT 1 FROM ` + s.q + `.attempts t
 					WHERE t.item_id = s.id AND t.stage = ` + stageP + ` AND t.stage_index = 0) THEN 0 END)
@@ -135,7 +141,12 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 				stage = CASE WHEN u.keep THEN i.stage ELSE $4 END,
 				stage_index = u.idx,
 				payload = CASE WHEN u.keep THEN i.payload WHEN u.idx = 0 THEN i.input
-					ELSE (SELECT x.payload FROM `+s.q+`.item_stage_inputs x WHERE x.item_id = i.id AND x.stage_index = u.idx) END,
+					ELSE (SELECT x.payload FROM (
+							SELECT t.next_input AS payload, t.id FROM `+s.q+`.attempts t
+							WHERE t.item_id = i.id AND t.next_stage_index = u.idx
+							UNION ALL
+							SELECT x.payload, 0 FROM `+s.q+`.item_stage_inputs x WHERE x.item_id = i.id AND x.stage_index = u.idx) x
+						ORDER BY x.id DESC LIMIT 1) END,
 				next_at = $5::timestamptz + ((u.ord - 1) * $6::bigint) * interval '1 microsecond',
 				ready = (u.ord - 1) * $6::bigint <= 0,
 				updated_at = $5, lease_owner = '', lease_expires_at = NULL,

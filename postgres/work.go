@@ -388,11 +388,15 @@ func (s *Store) Heartbeat(ctx context.Context, leases []redrive.LeaseRef, until 
 	}
 	ids, tokens := splitRefs(leases)
 	// Fenced by token, and the leases drive the join (see Complete); the
-	// rows are locked in ID order first (see lockLeased).
+	// rows are locked in ID order first (see lockLeased). A heartbeat
+	// changes no count, and says so to the run_counts trigger before the
+	// update runs (see migration 0010): the statement is its own
+	// transaction, so the setting ends with it.
 	rows, err := s.pool.Query(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
 	upd AS (UPDATE `+s.q+`.items i SET lease_expires_at = $3
 		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
+			AND `+countsUnchanged+`
 		RETURNING i.id, i.lease_token)
 	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
@@ -430,6 +434,12 @@ func (s *Store) lockLeased(ids, tokens string) string {
 // lockedFirst is the condition that makes an UPDATE read lk (see
 // lockLeased) before its first row: a constant subquery, evaluated once.
 const lockedFirst = `(SELECT count(*) FROM lk) >= 0`
+
+// countsUnchanged is the condition that tells the run_counts update
+// trigger, before an UPDATE touches a row, that the statement changes no
+// item's run or state (see migration 0010): a constant subquery, evaluated
+// once, that is always true.
+const countsUnchanged = `(SELECT set_config('redrive.counts_unchanged', 'on', true)) = 'on'`
 
 // Release returns the leased items still held to pending, due at now,
 // without recording an attempt, and notifies listeners.
@@ -543,7 +553,9 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	// estimated such a scan at one row and rescanned the completions for
 	// each item it found, quadratically. Without one, each completion
 	// probes items_pkey. The UPDATE returns what the attempts need, so they
-	// are inserted without a second join.
+	// are inserted without a second join; a completion that moves the item
+	// on a stage also stores that stage and its input (the item's new
+	// payload) on its attempt, for RedriveFrom (see migration 0010).
 	rows, err := s.pool.Query(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
 	upd AS (
 		UPDATE `+s.q+`.items i SET state = u.state, stage_index = u.stage_index, stage = u.stage,
@@ -570,12 +582,15 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 			AND `+lockedFirst+`
 		RETURNING i.id, u.token, u.ord, coalesce(nullif(u.a_item, 0), i.id) AS a_item, coalesce(nullif(u.a_run, 0), i.run_id) AS a_run,
 			coalesce(nullif(u.a_pipeline, ''), i.pipeline) AS a_pipeline, u.a_stage, u.a_stage_index, u.a_number, u.a_outcome,
-			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay, u.a_hash),
+			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay, u.a_hash,
+			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage END AS next_stage,
+			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage_index END AS next_stage_index,
+			CASE WHEN i.stage_index > u.a_stage_index THEN i.payload END AS next_input),
 	ins AS (
 		INSERT INTO `+s.q+`.attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class, error,
-			started_at, finished_at, delay_ns, config_hash)
+			started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input)
 		SELECT a_item, a_run, a_pipeline, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error,
-			a_started, a_finished, a_delay, a_hash
+			a_started, a_finished, a_delay, a_hash, next_stage, next_stage_index, next_input
 		FROM upd ORDER BY ord)
 	SELECT id, token FROM upd`,
 		ids, tokens, states, stageIdx, stages, attempts, rlws, nextAts, payloads, nows, rHas, rStages, rClasses, rErrs,

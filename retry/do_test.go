@@ -102,15 +102,18 @@ func TestDoFinalStopsAtOnce(t *testing.T) {
 	}
 }
 
+// The deadline is a minute away and the next delay an hour: Do must give up
+// after the first call instead of sleeping into the deadline. Returning
+// before the deadline is the proof, and a minute is far beyond any
+// scheduling delay on a busy machine.
 func TestDoDeadlineGivesUpEarlyWithRealError(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	p := Policy{MaxAttempts: 10, BaseDelay: time.Second, JitterMode: JitterNone}
-	start := time.Now()
+	p := Policy{MaxAttempts: 10, BaseDelay: time.Hour, MaxDelay: time.Hour, JitterMode: JitterNone}
 	calls := 0
 	err := Do(ctx, p, func(context.Context) error { calls++; return errBoom })
-	if time.Since(start) > 100*time.Millisecond {
-		t.Errorf("did not give up early: %v", time.Since(start))
+	if ctx.Err() != nil {
+		t.Errorf("did not give up early: returned after the deadline")
 	}
 	if calls != 1 {
 		t.Errorf("calls = %d", calls)
@@ -124,16 +127,31 @@ func TestDoDeadlineGivesUpEarlyWithRealError(t *testing.T) {
 	}
 }
 
+// Only bounds that hold however late the timers fire are asserted: a timer
+// never fires early, so Do sleeps at least each delay, and gives up only
+// when the next delay would end past MaxElapsed, that is less than one
+// delay before it.
 func TestDoMaxElapsed(t *testing.T) {
-	p := Policy{MaxAttempts: 100, BaseDelay: 10 * time.Millisecond, Multiplier: 1, JitterMode: JitterNone, MaxElapsed: 35 * time.Millisecond}
+	const delay, maxElapsed = 10 * time.Millisecond, 300 * time.Millisecond
+	p := Policy{MaxAttempts: 1 << 20, BaseDelay: delay, Multiplier: 1, JitterMode: JitterNone, MaxElapsed: maxElapsed}
 	calls := 0
+	var slept time.Duration
+	p.OnRetry = func(e Event) { slept += e.Delay }
+	start := time.Now()
 	err := Do(context.Background(), p, func(context.Context) error { calls++; return errBoom })
+	elapsed := time.Since(start)
 	var re *Error
 	if !errors.As(err, &re) || re.Reason != ReasonMaxElapsed {
 		t.Fatalf("err = %v", err)
 	}
-	if calls < 2 || calls > 4 {
-		t.Errorf("calls = %d, want about 3", calls)
+	if elapsed <= maxElapsed-delay {
+		t.Errorf("gave up after %v, more than a delay (%v) before MaxElapsed %v", elapsed, delay, maxElapsed)
+	}
+	if slept > maxElapsed {
+		t.Errorf("slept %v in all, more than MaxElapsed %v", slept, maxElapsed)
+	}
+	if want := int(maxElapsed/delay) + 1; calls < 2 || calls > want {
+		t.Errorf("calls = %d, want 2 to %d", calls, want)
 	}
 }
 

@@ -455,14 +455,14 @@ func completeSQL(n int) string {
 func attemptsSQL(n int) string {
 	var q strings.Builder
 	q.WriteString(`INSERT INTO attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class,
-		error, started_at, finished_at, delay_ns, config_hash)
+		error, started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input)
 		SELECT column1, column2, column3, column4, column5, column6, column7, column8, column9, column10,
-			column11, column12, column13 FROM (VALUES `)
+			column11, column12, column13, column14, column15, column16 FROM (VALUES `)
 	for i := range n {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	}
 	q.WriteString(`) WHERE column1 IS NOT NULL`)
 	return q.String()
@@ -553,11 +553,25 @@ func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []red
 		if a.Pipeline == "" {
 			a.Pipeline = o.pipeline
 		}
+		// A completion that moves the item on a stage keeps that stage's
+		// input, the item's new payload, on its attempt (see migration 0010).
+		var nextStage, nextIndex, nextInput any
+		if c.StageIndex > a.StageIndex {
+			in := c.Payload
+			if in == nil {
+				// The move kept the payload; rare enough to read apart.
+				if err := tx.QueryRowContext(ctx, `SELECT payload FROM items WHERE id = ?`, c.ItemID).Scan(&in); err != nil {
+					return fmt.Errorf("read a moved item's input: %w", err)
+				}
+			}
+			nextStage, nextIndex, nextInput = c.Stage, c.StageIndex, blob(in)
+		}
 		args = append(args, a.ItemID, a.RunID, a.Pipeline, a.Stage, a.StageIndex, a.Number, string(a.Outcome),
-			a.Class, a.Error, tn(a.StartedAt), tn(a.FinishedAt), int64(a.Delay), a.ConfigHash)
+			a.Class, a.Error, tn(a.StartedAt), tn(a.FinishedAt), int64(a.Delay), a.ConfigHash,
+			nextStage, nextIndex, nextInput)
 	}
 	for range n - len(done) {
-		args = append(args, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil)
+		args = append(args, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil)
 	}
 	if _, err := tx.StmtContext(ctx, ins).ExecContext(ctx, args...); err != nil {
 		return fmt.Errorf("record attempts: %w", err)

@@ -125,8 +125,16 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 				t.keep, t.index = true, t.stoppedIdx
 				continue
 			}
-			err := tx.QueryRowContext(ctx, `SELECT stage_index, payload FROM item_stage_inputs
-				WHERE item_id = ? AND stage = ? AND stage_index < ? ORDER BY stage_index DESC LIMIT 1`,
+			// Inputs are kept on the attempt that moved the item on
+			// (migration 0010), and in item_stage_inputs for moves made
+			// before it; the latest move to the latest index wins.
+			err := tx.QueryRowContext(ctx, `SELECT stage_index, payload FROM (
+					SELECT next_stage_index AS stage_index, next_input AS payload, id AS o FROM attempts
+					WHERE item_id = ?1 AND next_stage = ?2 AND next_stage_index < ?3
+					UNION ALL
+					SELECT stage_index, payload, 0 FROM item_stage_inputs
+					WHERE item_id = ?1 AND stage = ?2 AND stage_index < ?3)
+				ORDER BY stage_index DESC, o DESC LIMIT 1`,
 				t.id, req.Stage, t.stoppedIdx).Scan(&t.index, &t.payload)
 			if err == nil {
 				continue
