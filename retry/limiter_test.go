@@ -324,9 +324,11 @@ func TestLimiterAgainstTokenBucket(t *testing.T) {
 	wg.Wait()
 	succeeded, limited := ok.Load(), full.Load()
 	t.Logf("succeeded %d, 429 %d, final rate %.1f/s", succeeded, limited, l.Rate())
-	// 3 s at 50/s plus the burst is at most 160; the limiter must reach most of it
-	// without flooding the server.
-	if succeeded < 90 {
+	// 3 s at 50/s plus the burst is at most 160. A limiter stuck near its floor
+	// (1/s) or in its first window would deliver a few dozen; the bound leaves room
+	// for a machine so busy that the callers themselves fall behind (75 was seen
+	// with both cores loaded).
+	if succeeded < 60 {
 		t.Errorf("only %d calls succeeded in 3 s at 50/s", succeeded)
 	}
 	if limited > succeeded/5 {
