@@ -94,6 +94,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"Seeds", testSeeds},
 		{"FilterIDs", testFilterIDs},
 		{"OrderAt", testOrderAt}, {"ClaimWaitingBacklog", testClaimWaitingBacklog}, {"DeleteFinishedRuns", testDeleteFinishedRuns}, {"LargeEnqueue", testLargeEnqueue},
+		{"ErrorGroups", testErrorGroups},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

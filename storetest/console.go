@@ -1,0 +1,79 @@
+package storetest
+
+import (
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/redrive/redrive"
+)
+
+// testErrorGroups: stores count the exact messages of dead items and of
+// failed attempts under the filter; grouping by fingerprint merges the
+// messages that differ only in ids.
+func testErrorGroups(h *h) {
+	r, _ := dlqFixture(h)
+	dead, err := h.s.DeadErrors(h.ctx, redrive.ItemFilter{RunID: r.ID, Limit: 1, AfterID: 1 << 40})
+	if err != nil {
+		h.Fatal(err)
+	}
+	want := []redrive.ErrorCount{
+		{Pipeline: "p", Stage: "a", Class: "final", Error: "400 Bad Request", Count: 1},
+		{Pipeline: "p", Stage: "a", Class: "final", Error: "disk 100% full", Count: 1},
+		{Pipeline: "p", Stage: "a", Class: "retryable", Error: "context deadline exceeded", Count: 1},
+		{Pipeline: "p", Stage: "b", Class: "retryable", Error: "context deadline exceeded", Count: 1},
+	}
+	if !slices.Equal(dead, want) {
+		h.Errorf("DeadErrors(run, limit and after-id ignored) = %+v, want %+v", dead, want)
+	}
+	dead, err = h.s.DeadErrors(h.ctx, redrive.ItemFilter{Stage: "b"})
+	if err != nil || !slices.Equal(dead, want[3:]) {
+		h.Errorf("DeadErrors(stage b) = %+v, %v; want %+v", dead, err, want[3:])
+	}
+	dead, err = h.s.DeadErrors(h.ctx, redrive.ItemFilter{States: []redrive.State{redrive.StateCanceled}})
+	if err != nil || !slices.Equal(dead, []redrive.ErrorCount{{Pipeline: "p", Stage: "a", Class: redrive.ClassCanceled, Error: "operator", Count: 1}}) {
+		h.Errorf("DeadErrors(canceled) = %+v, %v", dead, err)
+	}
+	failed, err := h.s.AttemptErrors(h.ctx, redrive.ItemFilter{RunID: r.ID, Stage: "b"})
+	if err != nil {
+		h.Fatal(err)
+	}
+	if !slices.Equal(failed, []redrive.ErrorCount{
+		{Pipeline: "p", Stage: "b", Class: "retryable", Error: "503", Count: 1},
+		{Pipeline: "p", Stage: "b", Class: "retryable", Error: "context deadline exceeded", Count: 1},
+	}) {
+		h.Errorf("AttemptErrors(stage b) = %+v", failed)
+	}
+
+	// Twelve items of pipeline m die with messages that differ only in
+	// their id; two more with another cause; each also failed once before.
+	m := h.run("m", "")
+	h.enqueueN(m, "llm", Base, 14)
+	for _, l := range h.claimAll("m", Base) {
+		h.complete(retry(l, Base, Base, fmt.Sprintf("item %d: HTTP 503", l.Item.ID)))
+	}
+	for i, l := range h.claimAll("m", Base) {
+		msg := fmt.Sprintf("item %d: malformed model output at byte %d", l.Item.ID, 10*i)
+		if i >= 12 {
+			msg = fmt.Sprintf(`unknown field "f%d"`, i)
+		}
+		h.complete(kill(l, at(time.Minute), "final", msg))
+	}
+	groups, err := redrive.ErrorGroups(h.ctx, h.s, redrive.ItemFilter{Pipeline: "m"})
+	if err != nil {
+		h.Fatal(err)
+	}
+	if len(groups) != 3 {
+		h.Fatalf("ErrorGroups(m) = %+v, want 3 groups", groups)
+	}
+	g := groups[0]
+	if g.Fingerprint != "item <n>: malformed model output at byte <n>" || g.Dead != 12 || g.Failures != 12 || g.Messages != 12 || len(g.Examples) != 3 {
+		h.Errorf("first group = %+v, want 12 dead and 12 failed attempts of 12 messages", g)
+	}
+	if g := groups[1]; g.Fingerprint != "unknown field <quoted>" || g.Dead != 2 {
+		h.Errorf("second group = %+v", g)
+	}
+	if g := groups[2]; g.Fingerprint != "item <n>: HTTP 503" || g.Dead != 0 || g.Failures != 14 || g.Class != "retryable" {
+		h.Errorf("third group = %+v", g)
+	}
+}
