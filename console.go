@@ -16,8 +16,9 @@ type Console interface {
 	DeadErrors(ctx context.Context, f ItemFilter) ([]ErrorCount, error)
 	// AttemptErrors counts the failed attempts (every outcome but
 	// succeeded) of f.RunID and f.Pipeline (0 and "" mean all) at stage
-	// f.Stage ("" means all) by pipeline, stage, class and exact error,
-	// in the order of DeadErrors; f's other fields are ignored.
+	// f.Stage, of class f.Class, whose error contains f.ErrorContains
+	// ignoring case ("" means any), by pipeline, stage, class and exact
+	// error, in the order of DeadErrors; f's other fields are ignored.
 	AttemptErrors(ctx context.Context, f ItemFilter) ([]ErrorCount, error)
 }
 

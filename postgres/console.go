@@ -49,6 +49,12 @@ func (s *Store) AttemptErrors(ctx context.Context, f redrive.ItemFilter) ([]redr
 	if f.Stage != "" {
 		where += " AND stage = " + a.add(f.Stage)
 	}
+	if f.Class != "" {
+		where += " AND class = " + a.add(f.Class)
+	}
+	if f.ErrorContains != "" {
+		where += " AND strpos(lower(error), lower(" + a.add(f.ErrorContains) + ")) > 0"
+	}
 	rows, err := s.pool.Query(ctx, `SELECT pipeline, stage, class, error, count(*) AS n
 		FROM `+s.q+`.attempts WHERE `+where+` GROUP BY 1, 2, 3, 4 ORDER BY n DESC, 1, 2, 3, 4`, a...)
 	if err != nil {

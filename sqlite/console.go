@@ -49,6 +49,14 @@ func (s *Store) AttemptErrors(ctx context.Context, f redrive.ItemFilter) ([]redr
 		where = append(where, "stage = ?")
 		args = append(args, f.Stage)
 	}
+	if f.Class != "" {
+		where = append(where, "class = ?")
+		args = append(args, f.Class)
+	}
+	if f.ErrorContains != "" {
+		where = append(where, "instr(lower(error), lower(?)) > 0")
+		args = append(args, f.ErrorContains)
+	}
 	rows, err := s.r.QueryContext(ctx, `SELECT pipeline, stage, class, error, COUNT(*) AS n
 		FROM attempts WHERE `+strings.Join(where, " AND ")+` GROUP BY 1, 2, 3, 4 ORDER BY n DESC, 1, 2, 3, 4`, args...)
 	if err != nil {

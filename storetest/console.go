@@ -44,6 +44,10 @@ func testErrorGroups(h *h) {
 	}) {
 		h.Errorf("AttemptErrors(stage b) = %+v", failed)
 	}
+	failed, err = h.s.AttemptErrors(h.ctx, redrive.ItemFilter{Class: "final", ErrorContains: "BAD"})
+	if err != nil || !slices.Equal(failed, []redrive.ErrorCount{{Pipeline: "p", Stage: "a", Class: "final", Error: "400 Bad Request", Count: 1}}) {
+		h.Errorf("AttemptErrors(class final, error BAD) = %+v, %v", failed, err)
+	}
 
 	// Twelve items of pipeline m die with messages that differ only in
 	// their id; two more with another cause; each also failed once before.

@@ -10,7 +10,36 @@ import (
 func (s *server) consoleRoutes() []route {
 	return []route{
 		{"GET /api/v1/errors", ScopeRead, s.errorGroups},
+		{"GET /api/v1/count", ScopeRead, s.countItems},
 	}
+}
+
+// countResponse is the response of GET /api/v1/count.
+type countResponse struct {
+	// Total is how many items the filter selects, every page included.
+	Total int `json:"total"`
+}
+
+// GET /api/v1/count?run=&pipeline=&stage=&state=&class=&error_contains=&since=&until=:
+// how many items the filter selects, for the totals of a list.
+func (s *server) countItems(w http.ResponseWriter, r *http.Request) {
+	q := newQuery(r, "run", "pipeline", "stage", "state", "class", "error_contains", "since", "until")
+	f := s.itemFilter(q)
+	f.Limit = 0
+	if q.err != nil {
+		writeBad(w, q.err)
+		return
+	}
+	if err := redrive.CheckFilter(r.Context(), s.store, f); err != nil {
+		s.filterFail(w, r, "count", f, err)
+		return
+	}
+	n, err := s.store.Count(r.Context(), f)
+	if err != nil {
+		s.fail(w, r, "count", err)
+		return
+	}
+	writeJSON(w, http.StatusOK, countResponse{Total: n})
 }
 
 // GET /api/v1/errors?run=&pipeline=&stage=&state=&class=&error_contains=&since=&until=:

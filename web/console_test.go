@@ -1,0 +1,72 @@
+package web_test
+
+import (
+	"net/http"
+	"testing"
+
+	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/web"
+)
+
+// TestErrorGroups: the 30 "corrupt document i" deaths are one cause, ranked
+// by deaths; the filter narrows the groups and names unknown values.
+func TestErrorGroups(t *testing.T) {
+	f := newFixture(t, web.Options{Token: token})
+	r := f.get(t, "/api/v1/errors?run=1")
+	if r.code != http.StatusOK {
+		t.Fatalf("GET /api/v1/errors: %d %s", r.code, r.body)
+	}
+	var groups struct{ Data []redrive.ErrorGroup }
+	r.json(t, &groups)
+	want := []struct {
+		fp             string
+		dead, failures int
+		messages       int
+	}{
+		{"corrupt document <n>", 30, 30, 30},
+		{"timeout talking to api", 30, 30, 1},
+		{"<n> from api", 0, 30, 1},
+	}
+	if len(groups.Data) != len(want) {
+		t.Fatalf("groups = %+v, want %d", groups.Data, len(want))
+	}
+	for i, w := range want {
+		g := groups.Data[i]
+		if g.Fingerprint != w.fp || g.Dead != w.dead || g.Failures != w.failures || g.Messages != w.messages {
+			t.Errorf("group %d = %+v, want %+v", i, g, w)
+		}
+	}
+	r = f.get(t, "/api/v1/errors?class=retryable")
+	r.json(t, &groups)
+	if len(groups.Data) != 2 || groups.Data[0].Fingerprint != "timeout talking to api" {
+		t.Errorf("class=retryable groups = %+v", groups.Data)
+	}
+	if _, field := f.get(t, "/api/v1/errors?stage=nope").apiErr(t, http.StatusBadRequest); field != "stage" {
+		t.Errorf("unknown stage: field %q", field)
+	}
+	f.get(t, "/api/v1/errors?run=999").apiErr(t, http.StatusNotFound)
+	f.get(t, "/api/v1/errors?state=pending").apiErr(t, http.StatusBadRequest)
+}
+
+// TestCount: totals count every page of a filter.
+func TestCount(t *testing.T) {
+	f := newFixture(t, web.Options{Token: token})
+	for target, want := range map[string]int{
+		"/api/v1/count":                                 130,
+		"/api/v1/count?state=dead":                      60,
+		"/api/v1/count?state=dead&class=final":          30,
+		"/api/v1/count?state=pending&pipeline=docs":     30,
+		"/api/v1/count?error_contains=CORRUPT+DOCUMENT": 30,
+	} {
+		var c struct{ Total int }
+		r := f.get(t, target)
+		if r.code != http.StatusOK {
+			t.Fatalf("GET %s: %d %s", target, r.code, r.body)
+		}
+		r.json(t, &c)
+		if c.Total != want {
+			t.Errorf("GET %s: total %d, want %d", target, c.Total, want)
+		}
+	}
+	f.get(t, "/api/v1/count?limit=5").apiErr(t, http.StatusBadRequest)
+}
