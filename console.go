@@ -3,12 +3,18 @@ package redrive
 import (
 	"context"
 	"fmt"
+	"time"
 )
 
 // Console is what a store provides for the operators' console beyond the
 // engine's needs: the exact error messages of failures, counted, for
-// grouping by cause.
+// grouping by cause, and the audit log of operators' actions.
 type Console interface {
+	// RecordAction appends a to the audit log and returns its ID; a.ID is
+	// ignored.
+	RecordAction(ctx context.Context, a AuditAction) (int64, error)
+	// ListActions lists the audit log, newest first.
+	ListActions(ctx context.Context, f AuditFilter) ([]AuditAction, error)
 	// DeadErrors counts the items selected by f (f.States empty means
 	// dead; f.AfterID and f.Limit are ignored, every match counts) by
 	// pipeline, stage, reason class and exact reason error, most frequent
@@ -35,4 +41,32 @@ func ErrorGroups(ctx context.Context, s Store, f ItemFilter) ([]ErrorGroup, erro
 		return nil, fmt.Errorf("redrive: error groups: %w", err)
 	}
 	return GroupErrors(dead, failed), nil
+}
+
+// AuditAction is one operator action on items, as the audit log records it.
+type AuditAction struct {
+	ID int64     `json:"id"`
+	At time.Time `json:"at"`
+	// Actor names who acted: the name of the token used ("default" for
+	// the single token of web.Options.Token), or the command line user.
+	Actor string `json:"actor"`
+	// Kind is what was done: redrive, purge, cancel, retry_now, pause or
+	// resume.
+	Kind string `json:"kind"`
+	// Filter is the selection the action applied to, as URL query
+	// parameters (run=3&stage=fetch), empty for every item.
+	Filter string `json:"filter"`
+	// Count is how many items it changed.
+	Count int `json:"count"`
+	// Detail says how, for example "rate 5/s from stage fetch".
+	Detail string `json:"detail,omitempty"`
+}
+
+// AuditFilter selects audit log entries, newest first.
+type AuditFilter struct {
+	// BeforeID pages backwards: only entries with a smaller ID. 0 means
+	// none.
+	BeforeID int64
+	// Limit caps the result. 0 means 100.
+	Limit int
 }

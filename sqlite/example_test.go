@@ -104,4 +104,5 @@ func ExampleStore_MigrationStatus() {
 	// 0002 seeds applied: true
 	// 0003 ops applied: true
 	// 0005 ready_order applied: true
+	// 0008 console applied: true
 }

@@ -81,3 +81,40 @@ func testErrorGroups(h *h) {
 		h.Errorf("third group = %+v", g)
 	}
 }
+
+// testAuditLog: actions are kept in order and listed newest first, in
+// pages.
+func testAuditLog(h *h) {
+	if got, err := h.s.ListActions(h.ctx, redrive.AuditFilter{}); err != nil || len(got) != 0 {
+		h.Fatalf("empty audit log = %+v, %v", got, err)
+	}
+	want := []redrive.AuditAction{
+		{At: at(time.Minute), Actor: "default", Kind: "redrive", Filter: "stage=fetch&class=final", Count: 30, Detail: "rate 5/s"},
+		{At: at(2 * time.Minute), Actor: "ops", Kind: "purge", Filter: "class=retryable", Count: 12},
+		{At: at(3 * time.Minute), Actor: "default", Kind: "pause", Filter: "pipeline=p&stage=a"},
+	}
+	for i := range want {
+		id, err := h.s.RecordAction(h.ctx, want[i])
+		if err != nil {
+			h.Fatal(err)
+		}
+		if i > 0 && id <= want[i-1].ID {
+			h.Errorf("action IDs do not increase: %d after %d", id, want[i-1].ID)
+		}
+		want[i].ID = id
+	}
+	got, err := h.s.ListActions(h.ctx, redrive.AuditFilter{})
+	if err != nil {
+		h.Fatal(err)
+	}
+	if len(got) != 3 || got[0] != want[2] || got[1] != want[1] || got[2] != want[0] {
+		h.Errorf("ListActions = %+v, want %+v newest first", got, want)
+	}
+	got, err = h.s.ListActions(h.ctx, redrive.AuditFilter{BeforeID: want[2].ID, Limit: 1})
+	if err != nil || len(got) != 1 || got[0] != want[1] {
+		h.Errorf("ListActions(before the last, limit 1) = %+v, %v", got, err)
+	}
+	if _, err := h.s.RecordAction(h.ctx, redrive.AuditAction{Kind: "purge"}); err == nil {
+		h.Error("RecordAction without an actor succeeded")
+	}
+}

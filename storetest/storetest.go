@@ -95,6 +95,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"FilterIDs", testFilterIDs},
 		{"OrderAt", testOrderAt}, {"ClaimWaitingBacklog", testClaimWaitingBacklog}, {"DeleteFinishedRuns", testDeleteFinishedRuns}, {"LargeEnqueue", testLargeEnqueue},
 		{"ErrorGroups", testErrorGroups},
+		{"AuditLog", testAuditLog},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
