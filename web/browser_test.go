@@ -209,6 +209,22 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("run after the purge: %+v, %v", r.Counts, err)
 	}
 
+	// Both actions are in the audit log, newest first, linked to their
+	// selection.
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(srv.URL+"/#/audit"),
+		textContains("tbody tr:nth-child(1)", "purge"),
+		textContains("tbody tr:nth-child(1)", "class=retryable"),
+		textContains("tbody tr:nth-child(2)", "redrive"),
+		textContains("tbody tr:nth-child(2)", "class=final&stage=fetch"),
+		textContains("tbody tr:nth-child(2)", "rate 5/s"),
+		textContains("tbody tr:nth-child(2)", "default"),
+	)
+	if err != nil {
+		t.Fatalf("audit log: %v", err)
+	}
+	screenshot(t, ctx, "ui-audit-log")
+
 	// A failing store: the page says what failed, never the store's words.
 	f.store.Close()
 	err = chromedp.Do(ctx,

@@ -11,6 +11,7 @@ func (s *server) consoleRoutes() []route {
 	return []route{
 		{"GET /api/v1/errors", ScopeRead, s.errorGroups},
 		{"GET /api/v1/count", ScopeRead, s.countItems},
+		{"GET /api/v1/audit", ScopeRead, s.listAudit},
 	}
 }
 

@@ -70,3 +70,41 @@ func TestCount(t *testing.T) {
 	}
 	f.get(t, "/api/v1/count?limit=5").apiErr(t, http.StatusBadRequest)
 }
+
+// TestAuditLog: redrives and purges through the API are recorded with who,
+// what selection, how many and how; dry runs are not.
+func TestAuditLog(t *testing.T) {
+	f := newFixture(t, web.Options{Token: token})
+	if r := f.post(t, "/api/v1/dlq/redrive", `{"class":"final","stage":"fetch","rate":5,"dry_run":true}`); r.code != http.StatusOK {
+		t.Fatalf("dry run: %d %s", r.code, r.body)
+	}
+	if r := f.post(t, "/api/v1/dlq/redrive", `{"class":"final","stage":"fetch","rate":5}`); r.code != http.StatusOK {
+		t.Fatalf("redrive: %d %s", r.code, r.body)
+	}
+	if r := f.post(t, "/api/v1/dlq/purge", `{"class":"retryable"}`); r.code != http.StatusOK {
+		t.Fatalf("purge: %d %s", r.code, r.body)
+	}
+	var page struct {
+		Data       []redrive.AuditAction
+		NextCursor string `json:"next_cursor"`
+	}
+	f.get(t, "/api/v1/audit?limit=1").json(t, &page)
+	if len(page.Data) != 1 || page.NextCursor == "" {
+		t.Fatalf("first page = %+v", page)
+	}
+	purge := page.Data[0]
+	if purge.Kind != "purge" || purge.Actor != "default" || purge.Filter != "class=retryable" || purge.Count != 30 {
+		t.Errorf("purge entry = %+v", purge)
+	}
+	cursor := page.NextCursor
+	page.Data, page.NextCursor = nil, ""
+	f.get(t, "/api/v1/audit?limit=1&cursor="+cursor).json(t, &page)
+	if len(page.Data) != 1 || page.NextCursor != "" {
+		t.Fatalf("second page = %+v", page)
+	}
+	rd := page.Data[0]
+	if rd.Kind != "redrive" || rd.Filter != "class=final&stage=fetch" || rd.Count != 30 || rd.Detail != "rate 5/s" || rd.At.IsZero() {
+		t.Errorf("redrive entry = %+v", rd)
+	}
+	f.get(t, "/api/v1/audit?cursor=bogus").apiErr(t, http.StatusBadRequest)
+}

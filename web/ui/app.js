@@ -155,10 +155,8 @@ async function viewDLQ(params) {
   });
   const base = new URLSearchParams(fq);
   const nav = el("p", { class: "pager" },
-    params.get("cursor") ? el("button", { type: "button", id: "prev-page", onclick: null }, "← Previous page") : null, " ",
+    params.get("cursor") ? el("button", { type: "button", id: "prev-page" }, "← Previous page") : null, " ",
     page.next_cursor ? link("#/dlq?" + base + (base.toString() ? "&" : "") + "cursor=" + encodeURIComponent(page.next_cursor), "Next page →") : null);
-  const prev = nav.querySelector("#prev-page");
-  if (prev) prev.addEventListener("click", () => history.back());
   return [el("h1", {}, "Dead letters"), form,
     el("p", { class: "total", id: "dlq-total" }, total.total + (total.total === 1 ? " item matches" : " items match") +
       " the filter · showing " + page.data.length + " on this page"),
@@ -167,6 +165,21 @@ async function viewDLQ(params) {
     table(["Stage", "Class", "Cause", "#Dead", "#Failed attempts", "#Messages", ""], groupRows),
     el("h2", {}, "Items"),
     table(itemHead, itemRows(page.data)), nav];
+}
+
+async function viewAudit(params) {
+  const q = new URLSearchParams({ limit: "50" });
+  if (params.get("cursor")) q.set("cursor", params.get("cursor"));
+  const page = await api("/audit?" + q);
+  const rows = page.data.map((a) => el("tr", {},
+    el("td", {}, time(a.at)), el("td", {}, a.actor), el("td", {}, pill(a.kind)),
+    el("td", {}, a.filter ? link("#/dlq?" + a.filter, a.filter) : "every item"),
+    el("td", { class: "num" }, a.count), el("td", {}, a.detail || "")));
+  return [el("h1", {}, "Audit log"),
+    el("p", { class: "muted" }, "Every action operators took on items, newest first."),
+    table(["At", "Who", "Action", "Filter", "#Items", "How"], rows),
+    el("p", { class: "pager" }, params.get("cursor") ? el("button", { type: "button", id: "prev-page" }, "← Previous page") : null, " ",
+      page.next_cursor ? link("#/audit?cursor=" + encodeURIComponent(page.next_cursor), "Next page →") : null)];
 }
 
 async function viewItem(id) {
@@ -202,8 +215,11 @@ async function route() {
     if ((m = path.match(/^\/runs\/(\d+)$/))) view = await viewRun(m[1], params);
     else if ((m = path.match(/^\/items\/(\d+)$/))) view = await viewItem(m[1]);
     else if (path === "/dlq") view = await viewDLQ(params);
+    else if (path === "/audit") view = await viewAudit(params);
     else view = await viewRuns(params);
     main.replaceChildren(...view.filter(Boolean));
+    const prev = document.getElementById("prev-page");
+    if (prev) prev.addEventListener("click", () => history.back());
   } catch (e) {
     main.replaceChildren(el("p", { class: "error" }, "Error: " + e.message));
   }
