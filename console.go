@@ -15,6 +15,14 @@ type Console interface {
 	RecordAction(ctx context.Context, a AuditAction) (int64, error)
 	// ListActions lists the audit log, newest first.
 	ListActions(ctx context.Context, f AuditFilter) ([]AuditAction, error)
+	// PauseStage records p's stage as paused; pausing a paused stage
+	// keeps its first record and reports false.
+	PauseStage(ctx context.Context, p StagePause) (paused bool, err error)
+	// ResumeStage removes the pause of a stage and reports whether it was
+	// paused.
+	ResumeStage(ctx context.Context, pipeline, stage string) (resumed bool, err error)
+	// PausedStages lists the paused stages by pipeline and stage.
+	PausedStages(ctx context.Context) ([]StagePause, error)
 	// DeadErrors counts the items selected by f (f.States empty means
 	// dead; f.AfterID and f.Limit are ignored, every match counts) by
 	// pipeline, stage, reason class and exact reason error, most frequent
@@ -69,4 +77,13 @@ type AuditFilter struct {
 	BeforeID int64
 	// Limit caps the result. 0 means 100.
 	Limit int
+}
+
+// StagePause records that a stage of a pipeline is paused: no worker
+// process claims its items until it is resumed.
+type StagePause struct {
+	Pipeline string    `json:"pipeline"`
+	Stage    string    `json:"stage"`
+	By       string    `json:"by"`
+	At       time.Time `json:"at"`
 }

@@ -46,6 +46,7 @@ type engine struct {
 	running  map[StageKey]int
 	aborted  map[int64]string // run ID -> abort reason
 	breakers map[StageKey]retry.BreakerState
+	paused   pausedStages // stages paused by operators (pause.go)
 
 	stopOnce sync.Once
 	stopped  chan struct{} // closed when a Stop has finished

@@ -118,3 +118,34 @@ func testAuditLog(h *h) {
 		h.Error("RecordAction without an actor succeeded")
 	}
 }
+
+// testPauseStages: pauses are kept until resumed; pausing twice keeps the
+// first record.
+func testPauseStages(h *h) {
+	first := redrive.StagePause{Pipeline: "p", Stage: "b", By: "default", At: at(time.Minute)}
+	for _, p := range []redrive.StagePause{first, {Pipeline: "p", Stage: "a", By: "ops", At: at(2 * time.Minute)}} {
+		if ok, err := h.s.PauseStage(h.ctx, p); err != nil || !ok {
+			h.Fatalf("PauseStage(%+v) = %v, %v", p, ok, err)
+		}
+	}
+	if ok, err := h.s.PauseStage(h.ctx, redrive.StagePause{Pipeline: "p", Stage: "b", By: "again", At: at(3 * time.Minute)}); err != nil || ok {
+		h.Errorf("PauseStage(paused) = %v, %v; want false", ok, err)
+	}
+	got, err := h.s.PausedStages(h.ctx)
+	if err != nil {
+		h.Fatal(err)
+	}
+	want := []redrive.StagePause{{Pipeline: "p", Stage: "a", By: "ops", At: at(2 * time.Minute)}, first}
+	if !slices.Equal(got, want) {
+		h.Errorf("PausedStages = %+v, want %+v", got, want)
+	}
+	if ok, err := h.s.ResumeStage(h.ctx, "p", "b"); err != nil || !ok {
+		h.Errorf("ResumeStage = %v, %v", ok, err)
+	}
+	if ok, err := h.s.ResumeStage(h.ctx, "p", "b"); err != nil || ok {
+		h.Errorf("ResumeStage(not paused) = %v, %v; want false", ok, err)
+	}
+	if got, err := h.s.PausedStages(h.ctx); err != nil || !slices.Equal(got, want[:1]) {
+		h.Errorf("PausedStages after resuming b = %+v, %v", got, err)
+	}
+}

@@ -13,3 +13,13 @@ CREATE TABLE {schema}.audit_log (
     count  integer NOT NULL DEFAULT 0,
     detail text NOT NULL DEFAULT ''
 );
+
+-- Paused stages: engines in every process skip them when they claim, until
+-- the row is deleted (resumed).
+CREATE TABLE {schema}.paused_stages (
+    pipeline  text NOT NULL,
+    stage     text NOT NULL,
+    paused_by text NOT NULL DEFAULT '',
+    paused_at timestamptz NOT NULL,
+    PRIMARY KEY (pipeline, stage)
+);

@@ -11,3 +11,13 @@ CREATE TABLE audit_log (
 	count  INTEGER NOT NULL DEFAULT 0,
 	detail TEXT    NOT NULL DEFAULT ''
 );
+
+-- Paused stages: engines in every process skip them when they claim, until
+-- the row is deleted (resumed).
+CREATE TABLE paused_stages (
+	pipeline  TEXT    NOT NULL,
+	stage     TEXT    NOT NULL,
+	paused_by TEXT    NOT NULL DEFAULT '',
+	paused_at INTEGER NOT NULL,
+	PRIMARY KEY (pipeline, stage)
+) WITHOUT ROWID;
