@@ -108,3 +108,26 @@ func TestAuditLog(t *testing.T) {
 	}
 	f.get(t, "/api/v1/audit?cursor=bogus").apiErr(t, http.StatusBadRequest)
 }
+
+// TestAuditActorAndScope: the audit log names the token that acted; a
+// token without the admin scope cannot act, and nothing is recorded.
+func TestAuditActorAndScope(t *testing.T) {
+	f := newFixture(t, web.Options{Tokens: []web.Token{
+		{Name: "alice", Secret: "alice-secret-token", Scopes: []web.Scope{web.ScopeAdmin}},
+		{Name: "reader", Secret: "reader-secret-token", Scopes: []web.Scope{web.ScopeSubmit}},
+	}})
+	if r := f.do(t, "POST", "/api/v1/dlq/purge", "Bearer reader-secret-token", `{"class":"final"}`); r.code != http.StatusForbidden {
+		t.Fatalf("purge without the admin scope: %d %s", r.code, r.body)
+	}
+	if n := f.count(t, redrive.ItemFilter{States: []redrive.State{redrive.StateDead}, Class: "final"}); n != 30 {
+		t.Fatalf("a refused purge changed items: %d left", n)
+	}
+	if r := f.do(t, "POST", "/api/v1/dlq/purge", "Bearer alice-secret-token", `{"class":"final"}`); r.code != http.StatusOK {
+		t.Fatalf("purge: %d %s", r.code, r.body)
+	}
+	var page struct{ Data []redrive.AuditAction }
+	f.get(t, "/api/v1/audit").json(t, &page)
+	if len(page.Data) != 1 || page.Data[0].Actor != "alice" || page.Data[0].Count != 30 {
+		t.Errorf("audit log = %+v, want one purge by alice", page.Data)
+	}
+}
