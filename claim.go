@@ -137,6 +137,10 @@ func (e *engine) claim(limit int) (int, error) {
 }
 
 func (e *engine) claimBatch(req ClaimRequest, now time.Time) (int, error) {
+	req, ok := e.withoutPaused(req, now) // stages paused by operators: pause.go
+	if !ok {
+		return 0, nil
+	}
 	req.Owner = e.cfg.Owner
 	req.Now = now
 	req.LeaseUntil = now.Add(e.cfg.LeaseDuration)

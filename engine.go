@@ -46,6 +46,7 @@ type engine struct {
 	running  map[StageKey]int
 	aborted  map[int64]string // run ID -> abort reason
 	breakers map[StageKey]retry.BreakerState
+	paused   pausedStages // stages paused by operators (pause.go)
 
 	// flows is the flow control of each stage (see flow.go); built at Start and
 	// read without a lock afterwards.

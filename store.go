@@ -124,6 +124,9 @@ type Store interface {
 	// ListWorkers lists the recorded workers by owner, stale ones included.
 	ListWorkers(ctx context.Context) ([]Worker, error)
 
+	// Console holds the operators' console's queries.
+	Console
+
 	// Close releases the store's resources.
 	Close() error
 }

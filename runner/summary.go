@@ -112,6 +112,9 @@ type Summary struct {
 	RetryHistogram []redrive.HistogramBucket `json:"retry_histogram"`
 	// TopErrors are the most frequent failed-attempt errors, at most 8.
 	TopErrors []redrive.ErrorCount `json:"top_errors"`
+	// ErrorGroups are the run's failures grouped by cause (see
+	// redrive.Fingerprint), ranked by dead items, at most 8.
+	ErrorGroups []redrive.ErrorGroup `json:"error_groups"`
 	// Output is the --output file, OutputItems the lines written to it.
 	Output      string `json:"output,omitempty"`
 	OutputItems int    `json:"output_items,omitempty"`
@@ -190,6 +193,12 @@ func (s *Summary) fill(ctx context.Context, store redrive.Store, r redrive.Run, 
 	sort.SliceStable(s.TopErrors, func(i, j int) bool { return s.TopErrors[i].Count > s.TopErrors[j].Count })
 	if len(s.TopErrors) > maxTopErrors {
 		s.TopErrors = s.TopErrors[:maxTopErrors]
+	}
+	if s.ErrorGroups, err = redrive.ErrorGroups(ctx, store, redrive.ItemFilter{RunID: r.ID}); err != nil {
+		return fmt.Errorf("runner: errors by cause: %w", err)
+	}
+	if len(s.ErrorGroups) > maxTopErrors {
+		s.ErrorGroups = s.ErrorGroups[:maxTopErrors]
 	}
 	s.DeadByClass = map[string]int{}
 	if c.Dead > 0 {
@@ -329,6 +338,7 @@ func (s *Summary) WriteText(w io.Writer) error {
 		}
 		tw.Flush()
 	}
+	s.writeErrorGroups(&b)
 	if s.Output != "" {
 		fmt.Fprintf(&b, "output:  %d succeeded items written to %s\n", s.OutputItems, s.Output)
 	}

@@ -96,6 +96,9 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"OrderAt", testOrderAt}, {"ClaimWaitingBacklog", testClaimWaitingBacklog}, {"DeleteFinishedRuns", testDeleteFinishedRuns}, {"LargeEnqueue", testLargeEnqueue},
 		{"SharedLimits", testSharedLimits},
 		{"RateLimitedWaits", testRateLimitedWaits},
+		{"ErrorGroups", testErrorGroups},
+		{"AuditLog", testAuditLog},
+		{"PauseStages", testPauseStages},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

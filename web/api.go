@@ -661,7 +661,7 @@ func (s *server) redrive(w http.ResponseWriter, r *http.Request) {
 		s.opts.Logger.Info("web: redrive", "count", n, "run", f.RunID, "pipeline", f.Pipeline, "stage", f.Stage, "from_stage", req.FromStage)
 		s.emit(redrive.Redriven{Filter: f, Count: n})
 		if n > 0 {
-			resp.Warning = s.unservedWarning(r, f)
+			resp.Warning = joinWarnings(s.unservedWarning(r, f), s.audit(r, "redrive", f, n, redriveDetail(req.Rate, req.FromStage)))
 		}
 	}
 	writeJSON(w, http.StatusOK, resp)
@@ -697,10 +697,14 @@ func (s *server) purge(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "purge", err)
 		return
 	}
+	resp := dlqResponse{Count: n, DryRun: req.DryRun}
 	if !req.DryRun {
 		s.opts.Logger.Info("web: purge", "count", n, "run", f.RunID, "pipeline", f.Pipeline, "stage", f.Stage)
+		if n > 0 {
+			resp.Warning = s.audit(r, "purge", f, n, "")
+		}
 	}
-	writeJSON(w, http.StatusOK, dlqResponse{Count: n, DryRun: req.DryRun})
+	writeJSON(w, http.StatusOK, resp)
 }
 
 // cancelRequest is the body of POST /api/v1/runs/{id}/cancel.

@@ -5,7 +5,7 @@ package web
 func RoutePatterns() []string {
 	s := &server{}
 	out := []string{"GET /healthz", "GET /readyz", "GET /metrics"}
-	for _, r := range s.routes() {
+	for _, r := range append(s.routes(), s.consoleRoutes()...) {
 		out = append(out, r.pattern)
 	}
 	return out

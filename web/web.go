@@ -187,7 +187,7 @@ func NewHandler(store redrive.Store, opts Options) http.Handler {
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
-	for _, rt := range s.routes() {
+	for _, rt := range append(s.routes(), s.consoleRoutes()...) {
 		handle(rt.pattern, s.require(rt.scope, rt.h))
 	}
 	for _, p := range paths {

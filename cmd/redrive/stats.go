@@ -24,6 +24,8 @@ type statsJSON struct {
 	Totals         redrive.Counts            `json:"totals"`
 	RetryHistogram []redrive.HistogramBucket `json:"retry_histogram"`
 	TopErrors      []redrive.ErrorCount      `json:"top_errors"`
+	// ErrorGroups are the failures grouped by cause, ranked by deaths.
+	ErrorGroups []redrive.ErrorGroup `json:"error_groups"`
 }
 
 // newStatsCmd returns `redrive stats`.
@@ -35,9 +37,11 @@ func newStatsCmd() *cobra.Command {
 	)
 	cmd := &cobra.Command{
 		Use:   "stats",
-		Short: "Count items by pipeline, stage and state; retry histogram; top errors",
+		Short: "Count items by pipeline, stage and state; retry histogram; top errors; errors by cause",
 		Long: `Count items by pipeline, stage and state, with the retry histogram of finished
-items and the most common errors per stage, for all runs or one (--run).
+items, the most common errors per stage, and the failures grouped by cause
+(messages that differ only in ids, numbers, quoted text, URLs or addresses are
+one cause), ranked by dead items, for all runs or one (--run).
 
 The retry histogram covers all pipelines of the selection: --pipeline narrows
 the counts and top errors only.`,
@@ -45,7 +49,7 @@ the counts and top errors only.`,
 	}
 	cmd.Flags().Int64Var(&run, "run", 0, "only items of this run ID (default: all runs)")
 	cmd.Flags().StringVar(&pipeline, "pipeline", "", "only this pipeline's counts and errors")
-	cmd.Flags().IntVar(&top, "top", 5, "errors to show per stage (1 to 100)")
+	cmd.Flags().IntVar(&top, "top", 5, "errors to show per stage, and twice as many causes (1 to 100)")
 	asJSON := addJSONFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if run < 0 {
@@ -72,7 +76,14 @@ the counts and top errors only.`,
 			if err != nil {
 				return fmt.Errorf("top errors: %w", err)
 			}
-			out := statsJSON{RunID: run, Pipeline: pipeline, Stages: []stageCounts{}, RetryHistogram: hist, TopErrors: errs}
+			groups, err := redrive.ErrorGroups(ctx, s, redrive.ItemFilter{RunID: run, Pipeline: pipeline})
+			if err != nil {
+				return fmt.Errorf("errors by cause: %w", err)
+			}
+			if groups == nil {
+				groups = []redrive.ErrorGroup{}
+			}
+			out := statsJSON{RunID: run, Pipeline: pipeline, Stages: []stageCounts{}, RetryHistogram: hist, TopErrors: errs, ErrorGroups: groups}
 			if out.RetryHistogram == nil {
 				out.RetryHistogram = []redrive.HistogramBucket{}
 			}
@@ -116,7 +127,10 @@ the counts and top errors only.`,
 			if err := writeHistogram(w, out.RetryHistogram); err != nil {
 				return err
 			}
-			return writeTopErrors(w, out.TopErrors)
+			if err := writeTopErrors(w, out.TopErrors); err != nil {
+				return err
+			}
+			return writeErrorGroups(w, out.ErrorGroups, 2*top)
 		})
 	}
 	return cmd

@@ -1,5 +1,6 @@
-// redrive web UI: a read-only view of the JSON API. Vanilla JS, no build
-// step. Every value from the API is inserted as text, never as HTML.
+// redrive web UI: the operators' console over the JSON API. Vanilla JS, no
+// build step. Every value from the API is inserted as text, never as HTML.
+// The write token is asked for once and kept only in sessionStorage.
 "use strict";
 
 const main = document.getElementById("main");
@@ -103,26 +104,82 @@ async function viewRun(id, params) {
   ];
 }
 
+// dlqFilters are the filter fields of the dead-letter view, as URL keys.
+const dlqFilters = ["run", "pipeline", "stage", "state", "class", "error_contains", "since", "until"];
+
+// filterOf copies the filter fields present in params.
+function filterOf(params) {
+  const f = {};
+  for (const k of dlqFilters) if (params.get(k)) f[k] = params.get(k);
+  return f;
+}
+
 async function viewDLQ(params) {
-  const q = new URLSearchParams({ limit: "50" });
-  for (const k of ["pipeline", "stage", "class", "error_contains", "cursor"]) {
-    if (params.get(k)) q.set(k, params.get(k));
-  }
-  const page = await api("/dlq?" + q);
-  const form = el("form", { class: "filters" },
-    ["pipeline", "stage", "class", "error_contains"].map((k) =>
-      el("input", { name: k, placeholder: k.replace("_", " "), value: params.get(k) || "" })),
-    el("button", { type: "submit" }, "Filter"));
+  const f = filterOf(params);
+  const q = new URLSearchParams({ ...f, limit: "50" });
+  if (params.get("cursor")) q.set("cursor", params.get("cursor"));
+  const fq = new URLSearchParams(f);
+  const st = new URLSearchParams(fq);
+  if (!st.get("state")) st.set("state", "dead");
+  const [page, total, groups] = await Promise.all([api("/dlq?" + q), api("/count?" + st), api("/errors?" + fq)]);
+  const input = (k, label, type) => el("label", {}, label + " ",
+    el("input", { name: k, type: type || "text", value: params.get(k) || "", size: k === "error_contains" ? 24 : 10 }));
+  const state = el("select", { name: "state" },
+    ["dead", "canceled", "dead,canceled"].map((v) => {
+      const o = el("option", { value: v }, v.replace(",", " and "));
+      if ((params.get("state") || "dead") === v) o.selected = true;
+      return o;
+    }));
+  const form = el("form", { class: "filters", "aria-label": "Filter dead letters" },
+    input("run", "Run"), input("pipeline", "Pipeline"), input("stage", "Stage"),
+    el("label", {}, "State ", state), input("class", "Class"), input("error_contains", "Error text"),
+    input("since", "Since (RFC 3339)"), input("until", "Until"),
+    el("button", { type: "submit" }, "Filter"), link("#/dlq", "Clear"));
   form.addEventListener("submit", (ev) => {
     ev.preventDefault();
-    const f = new URLSearchParams();
-    for (const [k, v] of new FormData(form)) if (v) f.set(k, v);
-    location.hash = "#/dlq?" + f;
+    const nf = new URLSearchParams();
+    for (const [k, v] of new FormData(form)) if (v && !(k === "state" && v === "dead")) nf.set(k, v.trim());
+    location.hash = "#/dlq?" + nf;
   });
-  const base = new URLSearchParams(q);
-  base.delete("cursor");
-  base.delete("limit");
-  return [el("h1", {}, "Dead letters"), form, table(itemHead, itemRows(page.data)), pager(page.next_cursor, "#/dlq?" + base)];
+  const groupRows = groups.data.map((g) => {
+    const to = new URLSearchParams(fq);
+    to.set("pipeline", g.pipeline);
+    to.set("stage", g.stage);
+    to.set("class", g.class);
+    if (g.messages === 1) to.set("error_contains", g.examples[0]);
+    return el("tr", {},
+      el("td", {}, g.stage), el("td", {}, g.class),
+      el("td", {}, el("code", {}, g.fingerprint), g.messages > 1 ? el("div", { class: "muted" }, "e.g. " + g.examples[0]) : null),
+      el("td", { class: "num" }, g.dead), el("td", { class: "num" }, g.failures), el("td", { class: "num" }, g.messages),
+      el("td", {}, g.dead ? link("#/dlq?" + to, "Show dead items") : ""));
+  });
+  const base = new URLSearchParams(fq);
+  const nav = el("p", { class: "pager" },
+    params.get("cursor") ? el("button", { type: "button", id: "prev-page" }, "← Previous page") : null, " ",
+    page.next_cursor ? link("#/dlq?" + base + (base.toString() ? "&" : "") + "cursor=" + encodeURIComponent(page.next_cursor), "Next page →") : null);
+  return [el("h1", {}, "Dead letters"), form,
+    el("p", { class: "total", id: "dlq-total" }, total.total + (total.total === 1 ? " item matches" : " items match") +
+      " the filter · showing " + page.data.length + " on this page"),
+    actionBar(f, total.total),
+    el("h2", {}, "Errors by cause"),
+    table(["Stage", "Class", "Cause", "#Dead", "#Failed attempts", "#Messages", ""], groupRows),
+    el("h2", {}, "Items"),
+    table(itemHead, itemRows(page.data)), nav];
+}
+
+async function viewAudit(params) {
+  const q = new URLSearchParams({ limit: "50" });
+  if (params.get("cursor")) q.set("cursor", params.get("cursor"));
+  const page = await api("/audit?" + q);
+  const rows = page.data.map((a) => el("tr", {},
+    el("td", {}, time(a.at)), el("td", {}, a.actor), el("td", {}, pill(a.kind)),
+    el("td", {}, a.filter ? link("#/dlq?" + a.filter, a.filter) : "every item"),
+    el("td", { class: "num" }, a.count), el("td", {}, a.detail || "")));
+  return [el("h1", {}, "Audit log"),
+    el("p", { class: "muted" }, "Every action operators took on items, newest first."),
+    table(["At", "Who", "Action", "Filter", "#Items", "How"], rows),
+    el("p", { class: "pager" }, params.get("cursor") ? el("button", { type: "button", id: "prev-page" }, "← Previous page") : null, " ",
+      page.next_cursor ? link("#/audit?cursor=" + encodeURIComponent(page.next_cursor), "Next page →") : null)];
 }
 
 async function viewItem(id) {
@@ -158,8 +215,11 @@ async function route() {
     if ((m = path.match(/^\/runs\/(\d+)$/))) view = await viewRun(m[1], params);
     else if ((m = path.match(/^\/items\/(\d+)$/))) view = await viewItem(m[1]);
     else if (path === "/dlq") view = await viewDLQ(params);
+    else if (path === "/audit") view = await viewAudit(params);
     else view = await viewRuns(params);
     main.replaceChildren(...view.filter(Boolean));
+    const prev = document.getElementById("prev-page");
+    if (prev) prev.addEventListener("click", () => history.back());
   } catch (e) {
     main.replaceChildren(el("p", { class: "error" }, "Error: " + e.message));
   }
@@ -167,3 +227,13 @@ async function route() {
 
 window.addEventListener("hashchange", route);
 route();
+
+// Live refresh: the view reloads every 5 s, except while the operator is
+// confirming an action, typing in a field or selecting text.
+setInterval(() => {
+  if (window.redriveBusy || document.hidden || document.querySelector("dialog[open]")) return;
+  const a = document.activeElement;
+  if (a && /^(INPUT|SELECT|TEXTAREA)$/.test(a.tagName)) return;
+  if (String(window.getSelection ? window.getSelection() : "")) return;
+  route();
+}, 5000);

@@ -1,0 +1,166 @@
+package redrive
+
+import (
+	"regexp"
+	"sort"
+	"strings"
+)
+
+// fingerprintRules replace the parts of an error message that vary between
+// occurrences of one cause, in order: earlier rules see text that later ones
+// would cut apart (a URL holds numbers and a host:port).
+var fingerprintRules = []struct {
+	re   *regexp.Regexp
+	with string
+}{
+	// A URL does not end in punctuation: "Get http://h/x: timeout".
+	{regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>]*[^\s"'<>.,:;)\]]`), "<url>"},
+	{regexp.MustCompile(`"(?:[^"\\\n]|\\.)*"|` + "`[^`\n]*`"), "<quoted>"},
+	// A single quote starts quoted text only after a space or punctuation,
+	// so that "can't" and "don't" are left alone.
+	{regexp.MustCompile(`(^|[\s(\[{:=,])'[^'\n]*'`), "$1<quoted>"},
+	{regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`), "<uuid>"},
+	{regexp.MustCompile(`\[[0-9a-fA-F:.]*\]:\d+|\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b|\b(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+):\d{1,5}\b`), "<host:port>"},
+	{regexp.MustCompile(`\b0[xX][0-9a-fA-F]+\b`), "<hex>"},
+}
+
+var (
+	// hexWord is a candidate hex string: digits and letters a-f only, at
+	// least 6 long. Only those with both a digit and a letter are hex: all
+	// digits is a number, no digit a word ("facade").
+	hexWord = regexp.MustCompile(`\b[0-9a-fA-F]{6,}\b`)
+	// statusCode is an HTTP status, kept: a 503 and a 429 differ in cause.
+	statusCode = regexp.MustCompile(`(?i)\b(?:status|code|http(?:/\d(?:\.\d)?)?)(?: code)?[ :=]+[1-5]\d\d\b`)
+	number     = regexp.MustCompile(`\d+(?:\.\d+)?`)
+	spaces     = regexp.MustCompile(`\s+`)
+)
+
+// maxFingerprint bounds a fingerprint's length in bytes, so that one
+// enormous message (a stack trace, a whole response body) does not make a
+// group of its own for every trailing difference.
+const maxFingerprint = 200
+
+// Fingerprint normalises an error message into the cause it reports, so
+// that occurrences which differ only in ids, numbers, quoted text, URLs,
+// host:port addresses, UUIDs or hex strings fall into one group: "item 17:
+// malformed model output at byte 3912" and "item 90: malformed model output
+// at byte 12" both give "item <n>: malformed model output at byte <n>".
+// HTTP status codes after "status", "code" or "HTTP" are kept, since a 503
+// and a 429 are different causes. White space is collapsed and the result
+// is at most 200 bytes, cut at a rune boundary.
+func Fingerprint(msg string) string {
+	s := msg
+	for _, r := range fingerprintRules {
+		s = r.re.ReplaceAllString(s, r.with)
+	}
+	s = hexWord.ReplaceAllStringFunc(s, func(w string) string {
+		if strings.Trim(w, "0123456789") == "" || strings.Trim(w, "0123456789") == w {
+			return w
+		}
+		return "<hex>"
+	})
+	// Keep status codes: normalise numbers only in the text around them.
+	var b strings.Builder
+	last := 0
+	for _, m := range statusCode.FindAllStringIndex(s, -1) {
+		b.WriteString(number.ReplaceAllString(s[last:m[0]], "<n>"))
+		b.WriteString(s[m[0]:m[1]])
+		last = m[1]
+	}
+	b.WriteString(number.ReplaceAllString(s[last:], "<n>"))
+	s = strings.TrimSpace(spaces.ReplaceAllString(b.String(), " "))
+	if len(s) > maxFingerprint {
+		s = strings.ToValidUTF8(s[:maxFingerprint], "")
+	}
+	return s
+}
+
+// ErrorGroup is the failures of one pipeline stage that share a cause:
+// their class and the fingerprint of their error message.
+type ErrorGroup struct {
+	Pipeline    string `json:"pipeline"`
+	Stage       string `json:"stage"`
+	Class       string `json:"class"`
+	Fingerprint string `json:"fingerprint"`
+	// Dead counts the dead items whose reason falls in the group.
+	Dead int `json:"dead"`
+	// Failures counts the failed attempts (every outcome but succeeded)
+	// whose error falls in the group.
+	Failures int `json:"failures"`
+	// Messages counts the distinct messages in the group.
+	Messages int `json:"messages"`
+	// Examples are up to three of its messages, the most frequent first.
+	Examples []string `json:"examples"`
+}
+
+// maxExamples bounds ErrorGroup.Examples.
+const maxExamples = 3
+
+// GroupErrors merges exact-message counts of dead items and of failed
+// attempts into groups by pipeline, stage, class and fingerprint, ranked by
+// deaths, then failures, then pipeline, stage and fingerprint.
+func GroupErrors(dead, failed []ErrorCount) []ErrorGroup {
+	type key struct{ p, s, c, f string }
+	type msg struct {
+		text string
+		n    int
+	}
+	idx := map[key]int{}
+	var groups []ErrorGroup
+	msgs := map[int]map[string]int{}
+	add := func(e ErrorCount, isDead bool) {
+		k := key{e.Pipeline, e.Stage, e.Class, Fingerprint(e.Error)}
+		i, ok := idx[k]
+		if !ok {
+			i = len(groups)
+			idx[k] = i
+			groups = append(groups, ErrorGroup{Pipeline: k.p, Stage: k.s, Class: k.c, Fingerprint: k.f})
+			msgs[i] = map[string]int{}
+		}
+		if isDead {
+			groups[i].Dead += e.Count
+		} else {
+			groups[i].Failures += e.Count
+		}
+		msgs[i][e.Error] += e.Count
+	}
+	for _, e := range dead {
+		add(e, true)
+	}
+	for _, e := range failed {
+		add(e, false)
+	}
+	for i := range groups {
+		ms := make([]msg, 0, len(msgs[i]))
+		for t, n := range msgs[i] {
+			ms = append(ms, msg{t, n})
+		}
+		sort.Slice(ms, func(a, b int) bool {
+			if ms[a].n != ms[b].n {
+				return ms[a].n > ms[b].n
+			}
+			return ms[a].text < ms[b].text
+		})
+		groups[i].Messages = len(ms)
+		for j := 0; j < len(ms) && j < maxExamples; j++ {
+			groups[i].Examples = append(groups[i].Examples, ms[j].text)
+		}
+	}
+	sort.Slice(groups, func(a, b int) bool {
+		x, y := groups[a], groups[b]
+		switch {
+		case x.Dead != y.Dead:
+			return x.Dead > y.Dead
+		case x.Failures != y.Failures:
+			return x.Failures > y.Failures
+		case x.Pipeline != y.Pipeline:
+			return x.Pipeline < y.Pipeline
+		case x.Stage != y.Stage:
+			return x.Stage < y.Stage
+		case x.Class != y.Class:
+			return x.Class < y.Class
+		}
+		return x.Fingerprint < y.Fingerprint
+	})
+	return groups
+}

@@ -1,0 +1,121 @@
+package web
+
+import (
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redrive/redrive"
+)
+
+// cursorAudit marks cursors of the audit log.
+const cursorAudit = "a"
+
+// actorDefault is the actor recorded for the single token of
+// Options.Token, which has no name of its own.
+const actorDefault = "default"
+
+// actor names who made request r: the name of the token it authenticated
+// with, "default" for Options.Token.
+func actor(r *http.Request) string {
+	if n, ok := r.Context().Value(tokenNameKey{}).(*string); ok && *n != "" && *n != legacyTokenName {
+		return *n
+	}
+	return actorDefault
+}
+
+// filterQuery writes f as the URL query the API and the console read, so
+// that an audit entry links back to the items it selected.
+func filterQuery(f redrive.ItemFilter) string {
+	v := url.Values{}
+	if f.RunID != 0 {
+		v.Set("run", strconv.FormatInt(f.RunID, 10))
+	}
+	for k, s := range map[string]string{"pipeline": f.Pipeline, "stage": f.Stage, "class": f.Class, "error_contains": f.ErrorContains} {
+		if s != "" {
+			v.Set(k, s)
+		}
+	}
+	if len(f.States) > 0 {
+		ss := make([]string, len(f.States))
+		for i, st := range f.States {
+			ss[i] = string(st)
+		}
+		v.Set("state", strings.Join(ss, ","))
+	}
+	if !f.Since.IsZero() {
+		v.Set("since", f.Since.UTC().Format(time.RFC3339Nano))
+	}
+	if !f.Until.IsZero() {
+		v.Set("until", f.Until.UTC().Format(time.RFC3339Nano))
+	}
+	if f.Limit > 0 {
+		v.Set("limit", strconv.Itoa(f.Limit))
+	}
+	return v.Encode()
+}
+
+// audit records an action that changed items. The action is done, so a
+// failure to record it is logged and returned as a warning, not an error.
+func (s *server) audit(r *http.Request, kind string, f redrive.ItemFilter, n int, detail string) string {
+	a := redrive.AuditAction{At: s.opts.Now().UTC(), Actor: actor(r), Kind: kind, Filter: filterQuery(f), Count: n, Detail: detail}
+	if _, err := s.store.RecordAction(r.Context(), a); err != nil {
+		s.opts.Logger.Error("web: record action in the audit log", "kind", kind, "count", n, "error", err)
+		return "the action was done but could not be recorded in the audit log"
+	}
+	return ""
+}
+
+// redriveDetail describes how a redrive was done, for the audit log.
+func redriveDetail(rate float64, fromStage string) string {
+	var parts []string
+	if rate > 0 {
+		parts = append(parts, fmt.Sprintf("rate %g/s", rate))
+	}
+	if fromStage != "" {
+		parts = append(parts, "from stage "+fromStage)
+	}
+	return strings.Join(parts, " ")
+}
+
+// GET /api/v1/audit?limit=&cursor=: the audit log, newest first.
+func (s *server) listAudit(w http.ResponseWriter, r *http.Request) {
+	q := newQuery(r, "limit", "cursor")
+	limit := s.limit(q)
+	before, err := decodeCursor(cursorAudit, q.str("cursor"))
+	if err != nil {
+		q.fail(err)
+	}
+	if q.err != nil {
+		writeBad(w, q.err)
+		return
+	}
+	acts, err := s.store.ListActions(r.Context(), redrive.AuditFilter{BeforeID: before, Limit: limit + 1})
+	if err != nil {
+		s.fail(w, r, "audit log", err)
+		return
+	}
+	resp := listResponse[redrive.AuditAction]{Data: make([]redrive.AuditAction, 0, min(len(acts), limit))}
+	for i, a := range acts {
+		if i == limit {
+			resp.NextCursor = encodeCursor(cursorAudit, acts[limit-1].ID)
+			break
+		}
+		resp.Data = append(resp.Data, a)
+	}
+	writeJSON(w, http.StatusOK, resp)
+}
+
+// joinWarnings joins the non-empty warnings into one sentence list.
+func joinWarnings(ws ...string) string {
+	var out []string
+	for _, w := range ws {
+		if w != "" {
+			out = append(out, w)
+		}
+	}
+	return strings.Join(out, "; ")
+}

@@ -1,0 +1,123 @@
+// Actions of the operators' console: every write applies to everything the
+// current filter selects (not only the loaded page), shows the dry-run count
+// first and asks for confirmation. Loaded before app.js, which provides el.
+"use strict";
+
+const tokenKey = "redrive-token";
+
+// modal shows a dialog with body nodes and buttons; it resolves with the
+// value of the button pressed (Escape resolves with "cancel").
+function modal(title, body, buttons) {
+  return new Promise((resolve) => {
+    const d = el("dialog", { "aria-labelledby": "modal-title" },
+      el("h2", { id: "modal-title" }, title), ...body,
+      el("p", { class: "buttons" }, buttons.map(([value, label]) => {
+        const b = el("button", { type: "button", value }, label);
+        b.addEventListener("click", () => d.close(value));
+        return b;
+      })));
+    d.addEventListener("close", () => { d.remove(); resolve(d.returnValue || "cancel"); });
+    document.body.append(d);
+    d.showModal();
+  });
+}
+
+// token returns the write token, asking for it once per browser session.
+async function token(again) {
+  let t = sessionStorage.getItem(tokenKey);
+  if (t && !again) return t;
+  const input = el("input", { type: "password", id: "token-input", autocomplete: "off", size: 32 });
+  const answer = await modal(again ? "The token was refused: enter another" : "API token", [
+    el("p", {}, "Actions need a token with the admin scope. It is kept in this tab's session storage only."),
+    el("label", { for: "token-input" }, "Token "), input], [["ok", "Use token"], ["cancel", "Cancel"]]);
+  t = input.value.trim();
+  if (answer !== "ok" || !t) return null;
+  sessionStorage.setItem(tokenKey, t);
+  return t;
+}
+
+// post sends a write with the token, asking again once if it is refused.
+async function post(path, body) {
+  for (let again = false; ; again = true) {
+    const t = await token(again);
+    if (!t) return null;
+    const res = await fetch("/api/v1" + path, {
+      method: "POST",
+      headers: { "Content-Type": "application/json", Accept: "application/json", Authorization: "Bearer " + t },
+      body: JSON.stringify(body),
+    });
+    const data = await res.json().catch(() => ({ error: res.statusText }));
+    if ((res.status === 401 || res.status === 403) && !again) {
+      sessionStorage.removeItem(tokenKey);
+      if (res.status === 403) throw new Error(data.error || "forbidden");
+      continue;
+    }
+    if (!res.ok) throw new Error(data.error || res.statusText);
+    return data;
+  }
+}
+
+// requestOf turns the URL filter into the body of the DLQ write endpoints.
+function requestOf(f) {
+  const r = {};
+  if (f.run) r.run = Number(f.run);
+  for (const k of ["pipeline", "stage", "class", "error_contains", "since", "until"]) if (f[k]) r[k] = f[k];
+  if (f.state) r.states = f.state.split(",");
+  return r;
+}
+
+// act runs one action: the dry run, the confirmation, then the write.
+async function act(what, path, body, describe) {
+  const status = document.getElementById("action-status");
+  window.redriveBusy = true;
+  try {
+    const dry = await post(path, { ...body, dry_run: true });
+    if (!dry) return;
+    if (dry.count === 0) {
+      status.textContent = "Nothing to " + what + ": no item matches the filter.";
+      return;
+    }
+    const answer = await modal("Confirm: " + what, [el("p", {}, describe(dry.count))],
+      [["confirm", what[0].toUpperCase() + what.slice(1) + " " + dry.count + (dry.count === 1 ? " item" : " items")], ["cancel", "Cancel"]]);
+    if (answer !== "confirm") {
+      status.textContent = "Nothing changed.";
+      return;
+    }
+    const done = await post(path, body);
+    if (!done) return;
+    status.textContent = what[0].toUpperCase() + what.slice(1) + ": " + done.count + (done.count === 1 ? " item." : " items.") +
+      (done.warning ? " " + done.warning : "");
+    status.dataset.done = what;
+  } catch (e) {
+    status.textContent = "Error: " + e.message;
+  } finally {
+    window.redriveBusy = false;
+  }
+  await route();
+  document.getElementById("action-status").textContent = status.textContent;
+}
+
+// actionBar offers the actions on everything the filter f selects.
+function actionBar(f, total) {
+  const rate = el("input", { id: "redrive-rate", type: "number", min: "0", step: "any", value: "0", size: 6 });
+  const from = el("input", { id: "redrive-from", size: 10, placeholder: "failed stage" });
+  const body = requestOf(f);
+  const redrive = el("button", { type: "button", id: "act-redrive" }, "Redrive…");
+  redrive.addEventListener("click", () => {
+    const r = { ...body, rate: Number(rate.value) || 0 };
+    if (from.value.trim()) r.from_stage = from.value.trim();
+    act("redrive", "/dlq/redrive", r, (n) => n + (n === 1 ? " item goes" : " items go") + " back to pending" +
+      (r.from_stage ? " at stage " + r.from_stage : " at the stage they stopped at") +
+      (r.rate ? ", " + r.rate + " per second." : ", all due now."));
+  });
+  const purge = el("button", { type: "button", id: "act-purge" }, "Purge…");
+  purge.addEventListener("click", () => act("purge", "/dlq/purge", Object.keys(body).length ? body : { ...body, all: true },
+    (n) => n + (n === 1 ? " item is" : " items are") + " deleted with their attempts. Their runs keep counting them as purged. This cannot be undone."));
+  const exp = new URLSearchParams(f);
+  return el("section", { class: "actions", "aria-label": "Actions on every matching item" },
+    el("span", {}, "On all " + total + " matching items: "),
+    el("label", { for: "redrive-rate" }, "rate/s "), rate, " ",
+    el("label", { for: "redrive-from" }, "from stage "), from, " ", redrive, " ", purge, " ",
+    el("a", { href: "/api/v1/dlq/export?" + exp, id: "act-export", download: "redrive-dlq.jsonl" }, "Export JSONL"),
+    el("p", { id: "action-status", role: "status", "aria-live": "polite" }));
+}
