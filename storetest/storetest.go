@@ -96,6 +96,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"OrderAt", testOrderAt}, {"ClaimWaitingBacklog", testClaimWaitingBacklog}, {"DeleteFinishedRuns", testDeleteFinishedRuns}, {"LargeEnqueue", testLargeEnqueue},
 		{"SharedLimits", testSharedLimits},
 		{"RateLimitedWaits", testRateLimitedWaits},
+		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
