@@ -81,6 +81,7 @@ printed.`,
 		newEnqueueCmd(),
 		newBenchCmd(),
 		newWorkersCmd(),
+		newOutboxCmd(),
 	)
 	return root
 }
