@@ -112,8 +112,10 @@ type DelivererConfig struct {
 	// Timeout bounds one request, response included. Default 10s.
 	Timeout time.Duration
 	// LeaseDuration is how long claimed notifications stay leased: a
-	// deliverer that vanishes leaves them to others after this long. It
-	// must cover a batch's requests. Default 2 minutes.
+	// deliverer that vanishes leaves them to others after this long. A
+	// batch's requests are cut off before its lease ends (and retried), so
+	// that two deliverers never work one notification at once. Default 1
+	// minute.
 	LeaseDuration time.Duration
 	// HTTPClient sends the requests. Default: a client that follows no
 	// redirects (a redirect is a final failure) and whose Timeout is
@@ -164,7 +166,7 @@ func NewDeliverer(store Outbox, cfg DelivererConfig) (*Deliverer, error) {
 		cfg.Timeout = 10 * time.Second
 	}
 	if cfg.LeaseDuration <= 0 {
-		cfg.LeaseDuration = 2 * time.Minute
+		cfg.LeaseDuration = time.Minute
 	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{
@@ -259,6 +261,10 @@ func (d *Deliverer) DeliverOnce(ctx context.Context) (int, error) {
 	if err != nil || len(ns) == 0 {
 		return 0, err
 	}
+	// Requests end a tenth of the lease before it does, leaving time to
+	// record their results while the tokens are still current.
+	sendCtx, cancel := context.WithTimeout(ctx, d.cfg.LeaseDuration-d.cfg.LeaseDuration/10)
+	defer cancel()
 	results := make([]DeliveryResult, len(ns))
 	sem := make(chan struct{}, d.cfg.Concurrency)
 	var wg sync.WaitGroup
@@ -266,7 +272,7 @@ func (d *Deliverer) DeliverOnce(ctx context.Context) (int, error) {
 		sem <- struct{}{}
 		wg.Go(func() {
 			defer func() { <-sem }()
-			results[i] = d.deliver(ctx, ns[i])
+			results[i] = d.deliver(sendCtx, ns[i])
 		})
 	}
 	wg.Wait()

@@ -38,6 +38,7 @@ func newServeCmd() *cobra.Command {
 		pipelines    []string
 		pipelineDirs []string
 		workers      int
+		lease        time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -87,7 +88,11 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 	cmd.Flags().StringArrayVar(&pipelines, "pipeline", nil, "also run workers for the YAML pipeline in this file (repeatable)")
 	cmd.Flags().StringArrayVar(&pipelineDirs, "pipelines", nil, "also run workers for the YAML pipelines of this directory, glob or file (repeatable); SIGHUP reloads them")
 	cmd.Flags().IntVar(&workers, "workers", 0, "attempts running at once for --pipeline workers (default: the largest workers: of the files, else 16)")
+	cmd.Flags().DurationVar(&lease, "lease", 30*time.Second, "how long items and notifications claimed by a worker stay its own without a heartbeat: another worker takes over a crashed one's after this long")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if lease < time.Second {
+			return flagErrorf("lease", "%s is too short: give 1s or more", lease)
+		}
 		if workers < 0 {
 			return flagErrorf("workers", "%d is negative: give 1 or more, or 0 for the default", workers)
 		}
@@ -154,7 +159,7 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		})
 
 		if set != nil {
-			g := &workerGroup{store: s, workers: workers, logger: logger, observers: []func(redrive.Event){m.Observe}}
+			g := &workerGroup{store: s, workers: workers, lease: lease, logger: logger, observers: []func(redrive.Event){m.Observe}}
 			if err := g.start(set); err != nil {
 				return fmt.Errorf("serve: %w", err)
 			}

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"time"
 
 	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/runner"
@@ -131,6 +132,7 @@ func loadPipelineSet(args []string) (*pipelineSet, error) {
 type workerGroup struct {
 	store     redrive.Store
 	workers   int // --workers; 0: the files'
+	lease     time.Duration
 	logger    *slog.Logger
 	observers []func(redrive.Event)
 
@@ -149,7 +151,8 @@ func (g *workerGroup) start(set *pipelineSet) error {
 	if workers == 0 {
 		workers = set.workers
 	}
-	c := redrive.NewClient(g.store, redrive.Config{Workers: workers, Logger: g.logger, Observers: g.observers})
+	c := redrive.NewClient(g.store, redrive.Config{Workers: workers, Logger: g.logger, Observers: g.observers,
+		LeaseDuration: g.lease})
 	for _, p := range set.pipelines {
 		if err := c.Register(p); err != nil {
 			return fmt.Errorf("pipeline %q: %w", p.Name, err)
@@ -162,7 +165,8 @@ func (g *workerGroup) start(set *pipelineSet) error {
 			return errors.New("the database keeps no outbox: webhooks need the SQLite or PostgreSQL store")
 		}
 		var err error
-		del, err = redrive.NewDeliverer(ob, redrive.DelivererConfig{Webhooks: set.hooks, Logger: g.logger})
+		del, err = redrive.NewDeliverer(ob, redrive.DelivererConfig{Webhooks: set.hooks, Logger: g.logger,
+			LeaseDuration: g.lease})
 		if err != nil {
 			return err
 		}
