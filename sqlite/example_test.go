@@ -105,4 +105,5 @@ func ExampleStore_MigrationStatus() {
 	// 0003 ops applied: true
 	// 0004 limits applied: true
 	// 0005 ready_order applied: true
+	// 0009 outbox applied: true
 }
