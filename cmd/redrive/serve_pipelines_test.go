@@ -180,8 +180,9 @@ func TestServePipelinesWebhookAndReload(t *testing.T) {
 		return false
 	}, stderr.String)
 
-	// Change the stage and reload.
-	if err := os.WriteFile(file, []byte(fmt.Sprintf(hookedPipeline, "v2")), 0o644); err != nil {
+	// Change the stage (its command's argument and its policy) and reload.
+	v2 := strings.Replace(fmt.Sprintf(hookedPipeline, "v2"), "max_attempts: 1", "max_attempts: 2", 1)
+	if err := os.WriteFile(file, []byte(v2), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := cmd.Process.Signal(syscall.SIGHUP); err != nil {
@@ -192,6 +193,18 @@ func TestServePipelinesWebhookAndReload(t *testing.T) {
 	waitFor(t, "the item after the reload", 30*time.Second, finished(id), stderr.String)
 	if it, _ := s.GetItem(ctx, id); string(it.Payload) != `{"v":"v2"}` {
 		t.Errorf("output after reload = %s, want the changed stage's", it.Payload)
+	}
+	hash := func(id int64) string {
+		t.Helper()
+		as, err := s.Attempts(ctx, id)
+		if err != nil || len(as) == 0 {
+			t.Fatalf("attempts of %d: %v, %v", id, as, err)
+		}
+		return as[len(as)-1].ConfigHash
+	}
+	before, after := hash(ids[0]), hash(id)
+	if before == "" || before == after {
+		t.Errorf("configuration hash before the reload %q, after %q: want two different hashes", before, after)
 	}
 
 	// A reload with a broken file keeps the running configuration.
@@ -204,6 +217,9 @@ func TestServePipelinesWebhookAndReload(t *testing.T) {
 	waitFor(t, "the item after the failed reload", 30*time.Second, finished(id), stderr.String)
 	if it, _ := s.GetItem(ctx, id); string(it.Payload) != `{"v":"v2"}` {
 		t.Errorf("output after a failed reload = %s, want the running configuration's", it.Payload)
+	}
+	if h := hash(id); h != after {
+		t.Errorf("configuration hash after a failed reload %q, want the running one's %q", h, after)
 	}
 	if _, _, bad := sink.snapshot(); bad != 0 {
 		t.Errorf("%d webhook requests failed verification", bad)
