@@ -166,7 +166,7 @@ func (g *workerGroup) start(set *pipelineSet) error {
 		}
 		var err error
 		del, err = redrive.NewDeliverer(ob, redrive.DelivererConfig{Webhooks: set.hooks, Logger: g.logger,
-			LeaseDuration: g.lease})
+			LeaseDuration: g.lease, Owner: delivererOwner()})
 		if err != nil {
 			return err
 		}
@@ -196,6 +196,12 @@ func (g *workerGroup) start(set *pipelineSet) error {
 	g.logger.Info("redrive serve running workers", "pipelines", set.names(), "files", len(set.files),
 		"workers", workers, "webhooks", hooks)
 	return nil
+}
+
+// delivererOwner names this process in the outbox's leases.
+func delivererOwner() string {
+	host, _ := os.Hostname()
+	return fmt.Sprintf("%s:%d:deliverer", host, os.Getpid())
 }
 
 // stop stops the workers gracefully (see stopClient) and the deliverer;
