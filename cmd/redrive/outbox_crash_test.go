@@ -25,7 +25,15 @@ import (
 // the test ends unless it already exited.
 func startServe(t *testing.T, env []string, args ...string) (*exec.Cmd, *syncBuffer) {
 	t.Helper()
-	cmd := exec.Command(binPath, append(args, "--addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)))...)
+	cmd, log, _ := startServeAt(t, env, args...)
+	return cmd, log
+}
+
+// startServeAt is startServe that also returns the server's base URL.
+func startServeAt(t *testing.T, env []string, args ...string) (*exec.Cmd, *syncBuffer, string) {
+	t.Helper()
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(binPath, append(args, "--addr", addr)...)
 	cmd.Env = env
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
@@ -38,8 +46,10 @@ func startServe(t *testing.T, env []string, args ...string) (*exec.Cmd, *syncBuf
 		cmd.Process.Kill()
 		<-done
 	})
-	waitFor(t, "serve's workers", 60*time.Second, func() bool { return strings.Contains(stderr.String(), "running workers") }, stderr.String)
-	return cmd, &stderr
+	waitFor(t, "serve's workers", 60*time.Second, func() bool {
+		return strings.Contains(stderr.String(), "running workers") && strings.Contains(stderr.String(), "listening")
+	}, stderr.String)
+	return cmd, &stderr, "http://" + addr
 }
 
 // TestOutboxSurvivesSIGKILL kills a serve process with SIGKILL while the
@@ -161,8 +171,9 @@ func TestOutboxSurvivesSIGKILL(t *testing.T) {
 // SIGKILL mid-run, and the other finishes: every item succeeded or dead
 // with a reason, each dead item announced by exactly one delivery ID
 // (requests may repeat: the receiver fails a fifth of them), every
-// signature verified, counts adding up. The items are submitted through
-// the store API (Enqueue in batches of 500), not over HTTP.
+// signature verified, counts adding up. The items are submitted over HTTP
+// in batches of 500, each sent twice with its Idempotency-Key (a client
+// retrying a submit whose answer it lost): the second adds nothing.
 func TestTwoWorkersShareAndSurviveSIGKILL(t *testing.T) {
 	t.Parallel()
 	if testing.Short() {
@@ -243,25 +254,58 @@ webhook:
 	if err := os.WriteFile(filepath.Join(dir, "proof.yaml"), []byte(spec), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	env := cleanEnv("BACKEND="+backend.URL, "HOOK_URL="+hooks.URL, "HOOK_SECRET="+string(secret))
+	const token = "proof-submit-token"
+	env := cleanEnv("BACKEND="+backend.URL, "HOOK_URL="+hooks.URL, "HOOK_SECRET="+string(secret), envAPIToken+"="+token)
 	args := []string{"--db", url, "--pg-schema", schema, "serve", "--pipelines", filepath.Join(dir, "*.yaml"), "--lease", "3s"}
 	victim, victimLog := startServe(t, env, args...)
-	_, survivorLog := startServe(t, env, args...)
+	_, survivorLog, base := startServeAt(t, env, args...)
 	logs := func() string { return "victim:\n" + victimLog.String() + "\nsurvivor:\n" + survivorLog.String() }
 
-	run, _, err := s.CreateRun(ctx, "proof", redrive.RunOptions{}, time.Now())
+	const total = 5000
+	var runID int64
+	hc := &http.Client{Timeout: 60 * time.Second}
+	for lo := 0; lo < total; lo += 500 {
+		type item struct {
+			Key   string          `json:"key"`
+			Input json.RawMessage `json:"input"`
+		}
+		batch := make([]item, 500)
+		for i := range batch {
+			batch[i] = item{Key: fmt.Sprint("n", lo+i), Input: fmt.Appendf(nil, `{"n":%d}`, lo+i)}
+		}
+		body, _ := json.Marshal(map[string]any{"run": "proof", "items": batch})
+		for try := range 2 {
+			req, _ := http.NewRequest(http.MethodPost, base+"/api/v1/pipelines/proof/items", strings.NewReader(string(body)))
+			req.Header.Set("Authorization", "Bearer "+token)
+			req.Header.Set("Content-Type", "application/json")
+			req.Header.Set("Idempotency-Key", fmt.Sprint("proof-batch-", lo))
+			resp, err := hc.Do(req)
+			if err != nil {
+				t.Fatalf("submit: %v", err)
+			}
+			var out struct {
+				Run             struct{ ID int64 }
+				Added, Existing int
+			}
+			err = json.NewDecoder(resp.Body).Decode(&out)
+			resp.Body.Close()
+			if err != nil || resp.StatusCode >= 300 {
+				t.Fatalf("submit batch %d: %s, %v", lo, resp.Status, err)
+			}
+			if want := [2]int{500, 0}; try == 1 {
+				want = [2]int{0, 500}
+				if [2]int{out.Added, out.Existing} != want {
+					t.Fatalf("retried submit of batch %d: added %d, existing %d; want nothing added", lo, out.Added, out.Existing)
+				}
+			} else if [2]int{out.Added, out.Existing} != want {
+				t.Fatalf("submit of batch %d: added %d, existing %d", lo, out.Added, out.Existing)
+			}
+			runID = out.Run.ID
+		}
+	}
+	run, err := s.GetRun(ctx, runID)
 	if err != nil {
 		t.Fatal(err)
-	}
-	const total = 5000
-	for lo := 0; lo < total; lo += 500 {
-		batch := make([]redrive.NewItem, 500)
-		for i := range batch {
-			batch[i] = redrive.NewItem{Key: fmt.Sprint("n", lo+i), Payload: fmt.Appendf(nil, `{"n":%d}`, lo+i)}
-		}
-		if _, err := s.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "proof", Stage: "call", Items: batch, Now: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
 	}
 	finished := func() int {
 		r, err := s.GetRun(ctx, run.ID)
