@@ -46,6 +46,9 @@ type Spec struct {
 	Run RunSpec `yaml:"run"`
 	// Stages are the pipeline's stages, in order. At least one.
 	Stages []StageSpec `yaml:"stages"`
+	// Webhook, when set, is where the pipeline's notifications go (used by
+	// serve --pipelines workers). Default none.
+	Webhook *WebhookSpec `yaml:"webhook"`
 
 	// Pos is where the mapping starts in the file (set by Parse).
 	Pos Pos `yaml:"-"`
@@ -312,6 +315,11 @@ func (s *Spec) validate() error {
 	}
 	if err := s.Run.validate(s.Pos); err != nil {
 		return err
+	}
+	if s.Webhook != nil {
+		if err := s.Webhook.validate(); err != nil {
+			return err
+		}
 	}
 	if len(s.Stages) == 0 {
 		return at(keyPos(s.Keys, "stages", s.Pos), "a pipeline needs at least one stage under \"stages\"")

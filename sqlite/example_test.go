@@ -106,5 +106,6 @@ func ExampleStore_MigrationStatus() {
 	// 0004 limits applied: true
 	// 0005 ready_order applied: true
 	// 0008 console applied: true
+	// 0009 outbox applied: true
 	// 0010 triggers applied: true
 }

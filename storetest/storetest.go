@@ -99,6 +99,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"ErrorGroups", testErrorGroups},
 		{"AuditLog", testAuditLog},
 		{"PauseStages", testPauseStages},
+		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -82,6 +82,7 @@ printed.`,
 		newBenchCmd(),
 		newWorkersCmd(),
 		newStagesCmd(),
+		newOutboxCmd(),
 	)
 	return root
 }

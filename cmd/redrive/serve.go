@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/redrive/redrive"
-	"github.com/redrive/redrive/runner"
 	"github.com/redrive/redrive/web"
 	"github.com/spf13/cobra"
 )
@@ -31,13 +30,15 @@ const serveStopGrace = 30 * time.Second
 // newServeCmd returns `redrive serve`.
 func newServeCmd() *cobra.Command {
 	var (
-		addr      string
-		token     string
-		tokenFile string
-		accept    []string
-		migrate   bool
-		pipelines []string
-		workers   int
+		addr         string
+		token        string
+		tokenFile    string
+		accept       []string
+		migrate      bool
+		pipelines    []string
+		pipelineDirs []string
+		workers      int
+		lease        time.Duration
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -60,14 +61,21 @@ names are.
 Items are accepted for the pipelines of --pipeline files and for those
 named with --accept NAME:FIRST_STAGE (worked by other processes).
 
-With --pipeline FILE.yaml (repeatable) serve also runs workers for those YAML
-pipelines (the format of ` + "`redrive run`" + `), so that items redriven from the
-API or the dlq commands are processed again; on interrupt they stop
-claiming, let running attempts finish for up to 30s and return the rest to
-pending. Pipelines written in Go run in the host program that registers
+With --pipelines DIR_OR_FILES (or --pipeline FILE.yaml; both repeatable; a
+directory gives its *.yaml and *.yml files, a quoted glob its matches) serve
+also runs workers for those YAML pipelines (the format of ` + "`redrive run`" + `)
+until stopped: items submitted over the API, by redrive enqueue or redriven
+are worked, and several serve processes on one PostgreSQL database share
+the work. A pipeline file's webhook: section sends its notifications
+(docs/webhooks.md). SIGHUP reloads the files: when all of them load, the
+workers stop gracefully and start again with the new configuration; when
+one does not, the error is logged and the old configuration keeps running.
+On interrupt the workers stop claiming, let running attempts finish for up
+to 30s and return the rest to pending. Pipelines written in Go run in the host program that registers
 them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		Example: `  redrive serve --db sqlite:redrive.db --addr 127.0.0.1:8080
   redrive serve --db sqlite:redrive.db --pipeline ocr.yaml --workers 8
+  redrive serve --db postgres://app@db/app --pipelines pipelines/ --addr 127.0.0.1:8080
   REDRIVE_API_TOKEN=s3cret redrive serve --db postgres://app@db/app --addr :8080
   redrive serve --token-file /etc/redrive/tokens --pipeline ocr.yaml --log-format json`,
 		Args: noArgs,
@@ -78,8 +86,13 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 	cmd.Flags().StringVar(&tokenFile, "token-file", "", `file of scoped API tokens, lines "name scope[,scope] token" (scopes: read, submit, admin; env `+envAPITokens+` too)`)
 	cmd.Flags().StringArrayVar(&accept, "accept", nil, "accept submitted items for a pipeline worked elsewhere, as NAME:FIRST_STAGE (repeatable)")
 	cmd.Flags().StringArrayVar(&pipelines, "pipeline", nil, "also run workers for the YAML pipeline in this file (repeatable)")
+	cmd.Flags().StringArrayVar(&pipelineDirs, "pipelines", nil, "also run workers for the YAML pipelines of this directory, glob or file (repeatable); SIGHUP reloads them")
 	cmd.Flags().IntVar(&workers, "workers", 0, "attempts running at once for --pipeline workers (default: the largest workers: of the files, else 16)")
+	cmd.Flags().DurationVar(&lease, "lease", 30*time.Second, "how long items and notifications claimed by a worker stay its own without a heartbeat: another worker takes over a crashed one's after this long")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
+		if lease < time.Second {
+			return flagErrorf("lease", "%s is too short: give 1s or more", lease)
+		}
 		if workers < 0 {
 			return flagErrorf("workers", "%d is negative: give 1 or more, or 0 for the default", workers)
 		}
@@ -109,22 +122,13 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 
 		// Load the pipelines before touching the database, so that a bad
 		// file is a usage error that changes nothing.
-		var ps []redrive.Pipeline
-		fileWorkers := 0
-		for _, file := range pipelines {
-			spec, err := runner.LoadFile(file)
-			if err != nil {
-				return exitWith(exitUsage, fmt.Errorf("--pipeline %s: %w", file, err))
+		pipelineArgs := append(append([]string(nil), pipelines...), pipelineDirs...)
+		var set *pipelineSet
+		if len(pipelineArgs) > 0 {
+			var err error
+			if set, err = loadPipelineSet(pipelineArgs); err != nil {
+				return exitWith(exitUsage, err)
 			}
-			p, err := spec.Pipeline()
-			if err != nil {
-				return exitWith(exitUsage, fmt.Errorf("--pipeline %s: %w", file, err))
-			}
-			ps = append(ps, p)
-			fileWorkers = max(fileWorkers, spec.Workers)
-		}
-		if workers == 0 {
-			workers = fileWorkers
 		}
 
 		c := dbConfigFrom(ctx)
@@ -140,7 +144,11 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
-		refs = append(refs, web.Refs(ps...)...)
+		if set != nil {
+			// Pipelines a reload adds are accepted for submits after a
+			// restart; their workers run at once.
+			refs = append(refs, web.Refs(set.pipelines...)...)
+		}
 		h := web.NewHandler(s, web.Options{
 			Token:     token,
 			Tokens:    tokens,
@@ -150,22 +158,15 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 			Logger:    logger,
 		})
 
-		var client *redrive.Client
-		if len(ps) > 0 {
-			client = redrive.NewClient(s, redrive.Config{Workers: workers, Logger: logger, Observers: []func(redrive.Event){m.Observe}})
-			names := make([]string, len(ps))
-			for i, p := range ps {
-				if err := client.Register(p); err != nil {
-					return exitWith(exitUsage, fmt.Errorf("--pipeline: %w", err))
-				}
-				names[i] = p.Name
+		if set != nil {
+			g := &workerGroup{store: s, workers: workers, lease: lease, logger: logger, observers: []func(redrive.Event){m.Observe}}
+			if err := g.start(set); err != nil {
+				return fmt.Errorf("serve: %w", err)
 			}
-			// The client stops below, gracefully, after the server.
-			if err := client.Start(context.WithoutCancel(ctx)); err != nil {
-				return fmt.Errorf("serve: start workers: %w", err)
-			}
-			defer stopClient(client, logger)
-			logger.Info("redrive serve running workers", "pipelines", names)
+			// The workers stop below, gracefully, after the server.
+			defer g.stop()
+			stopHUP := reloadOnHangup(ctx, func() { g.reload(pipelineArgs) })
+			defer stopHUP()
 		}
 
 		var lc net.ListenConfig

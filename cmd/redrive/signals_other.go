@@ -1,0 +1,8 @@
+//go:build !unix
+
+package main
+
+import "context"
+
+// reloadOnHangup does nothing where there is no SIGHUP.
+func reloadOnHangup(context.Context, func()) (stop func()) { return func() {} }

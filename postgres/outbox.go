@@ -1,0 +1,235 @@
+package postgres
+
+import (
+	"cmp"
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/redrive/redrive"
+)
+
+var _ redrive.Outbox = (*Store)(nil)
+
+// Subscribe sets the events announced for pipeline; the triggers of
+// migration 0009 write outbox rows for them in the transaction of each
+// state change.
+func (s *Store) Subscribe(ctx context.Context, pipeline string, events []string, now time.Time) error {
+	if pipeline == "" {
+		return errors.New("postgres: subscribe: pipeline is required")
+	}
+	for _, e := range events {
+		if !redrive.ValidEvent(e) {
+			return fmt.Errorf("postgres: subscribe: pipeline %q: unknown event %q", pipeline, e)
+		}
+	}
+	var err error
+	if len(events) == 0 {
+		_, err = s.pool.Exec(ctx, `DELETE FROM `+s.q+`.outbox_subscriptions WHERE pipeline = $1`, pipeline)
+	} else {
+		_, err = s.pool.Exec(ctx, `INSERT INTO `+s.q+`.outbox_subscriptions (pipeline, events, updated_at)
+			VALUES ($1, $2, $3)
+			ON CONFLICT (pipeline) DO UPDATE SET events = excluded.events, updated_at = excluded.updated_at`,
+			pipeline, events, now)
+	}
+	if err != nil {
+		return s.fail("subscribe", err)
+	}
+	return nil
+}
+
+const outboxColumns = `id, delivery_id, event, pipeline, run_id, item_id, item_key, stage, reason_class,
+	reason_error, reason_attempts, run_status, run_reason, occurred_at, status, attempts, rate_limit_waits,
+	next_at, lease_token, last_error, updated_at`
+
+func scanNotification(row pgx.Row) (redrive.Notification, error) {
+	var (
+		n                                            redrive.Notification
+		itemID                                       *int64
+		rAttempts                                    *int32
+		key, stage, rClass, rError, runStatus, runRs *string
+		status                                       string
+	)
+	err := row.Scan(&n.ID, &n.DeliveryID, &n.Event, &n.Pipeline, &n.RunID, &itemID, &key, &stage, &rClass,
+		&rError, &rAttempts, &runStatus, &runRs, &n.OccurredAt, &status, &n.Attempts, &n.RateLimitWaits,
+		&n.NextAt, &n.Token, &n.LastError, &n.UpdatedAt)
+	if err != nil {
+		return n, err
+	}
+	if itemID != nil {
+		n.ItemID = *itemID
+	}
+	n.ItemKey, n.Stage = deref(key), deref(stage)
+	n.RunStatus, n.RunReason = redrive.RunStatus(deref(runStatus)), deref(runRs)
+	n.OccurredAt, n.NextAt, n.UpdatedAt = n.OccurredAt.UTC(), n.NextAt.UTC(), n.UpdatedAt.UTC()
+	n.Status = redrive.NotificationStatus(status)
+	if rClass != nil {
+		n.Reason = &redrive.Reason{Stage: n.Stage, Class: *rClass, Error: deref(rError), At: n.OccurredAt}
+		if rAttempts != nil {
+			n.Reason.Attempts = int(*rAttempts)
+		}
+	}
+	return n, nil
+}
+
+func (s *Store) queryNotifications(ctx context.Context, sql string, a args) ([]redrive.Notification, error) {
+	rows, err := s.pool.Query(ctx, sql, a...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	out := []redrive.Notification{}
+	for rows.Next() {
+		n, err := scanNotification(rows)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, n)
+	}
+	return out, rows.Err()
+}
+
+// ClaimNotifications leases due pending notifications; rows another
+// claimer holds locked are skipped, so several workers share the outbox.
+func (s *Store) ClaimNotifications(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Notification, error) {
+	if len(req.Pipelines) == 0 || req.Limit <= 0 {
+		return nil, nil
+	}
+	var a args
+	until, owner, now := a.add(req.LeaseUntil), a.add(req.Owner), a.add(req.Now)
+	out, err := s.queryNotifications(ctx, `UPDATE `+s.q+`.outbox SET next_at = `+until+`, lease_owner = `+owner+`,
+		lease_token = lease_token + 1, updated_at = `+now+`
+		WHERE status = 'pending' AND id = ANY(ARRAY(SELECT c.id FROM `+s.q+`.outbox c
+			WHERE c.status = 'pending' AND c.next_at <= `+now+` AND c.pipeline = ANY(`+a.add(req.Pipelines)+`::text[])
+			ORDER BY c.next_at, c.id LIMIT `+a.add(req.Limit)+` FOR UPDATE SKIP LOCKED))
+		RETURNING `+outboxColumns, a)
+	if err != nil {
+		return nil, s.fail("claim notifications", err)
+	}
+	slices.SortFunc(out, func(x, y redrive.Notification) int { return cmp.Compare(x.ID, y.ID) })
+	return out, nil
+}
+
+// SettleNotifications records delivery results with one statement.
+func (s *Store) SettleNotifications(ctx context.Context, rs []redrive.DeliveryResult) ([]bool, error) {
+	applied := make([]bool, len(rs))
+	if len(rs) == 0 {
+		return applied, nil
+	}
+	type ref struct{ id, token int64 }
+	idx := make(map[ref]int, len(rs))
+	var (
+		ids, tokens     []int64
+		statuses, errs  []string
+		attempts, waits []int32
+		nexts, nows     []time.Time
+	)
+	for i, r := range rs {
+		switch r.Status {
+		case redrive.NotificationPending, redrive.NotificationDelivered, redrive.NotificationDead:
+		default:
+			return nil, fmt.Errorf("postgres: settle notifications: result %d (notification %d): invalid status %q", i, r.ID, r.Status)
+		}
+		if _, dup := idx[ref{r.ID, r.Token}]; dup {
+			continue
+		}
+		idx[ref{r.ID, r.Token}] = i
+		next := r.NextAt
+		if r.Status != redrive.NotificationPending {
+			next = r.Now
+		}
+		ids, tokens = append(ids, r.ID), append(tokens, r.Token)
+		statuses, errs = append(statuses, string(r.Status)), append(errs, r.Error)
+		attempts, waits = append(attempts, int32(r.Attempts)), append(waits, int32(r.RateLimitWaits))
+		nexts, nows = append(nexts, next), append(nows, r.Now)
+	}
+	rows, err := s.pool.Query(ctx, `UPDATE `+s.q+`.outbox o SET status = u.status, attempts = u.attempts,
+		rate_limit_waits = u.waits, next_at = u.next_at, last_error = u.err, updated_at = u.now,
+		lease_owner = '', lease_token = o.lease_token + 1
+		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::int[], $6::timestamptz[], $7::text[],
+			$8::timestamptz[]) AS u(id, token, status, attempts, waits, next_at, err, now)
+		WHERE o.id = u.id AND o.lease_token = u.token AND o.status = 'pending'
+		RETURNING o.id, u.token`, ids, tokens, statuses, attempts, waits, nexts, errs, nows)
+	if err != nil {
+		return nil, s.fail("settle notifications", err)
+	}
+	var r ref
+	_, err = pgx.ForEachRow(rows, []any{&r.id, &r.token}, func() error {
+		if i, ok := idx[r]; ok {
+			applied[i] = true
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, s.fail("settle notifications", err)
+	}
+	return applied, nil
+}
+
+func notificationWhere(f redrive.NotificationFilter, a *args) string {
+	where := "true"
+	if f.Pipeline != "" {
+		where += " AND pipeline = " + a.add(f.Pipeline)
+	}
+	if len(f.Statuses) > 0 {
+		ss := make([]string, len(f.Statuses))
+		for i, st := range f.Statuses {
+			ss[i] = string(st)
+		}
+		where += " AND status = ANY(" + a.add(ss) + "::text[])"
+	}
+	if f.Event != "" {
+		where += " AND event = " + a.add(f.Event)
+	}
+	if f.AfterID > 0 {
+		where += " AND id > " + a.add(f.AfterID)
+	}
+	return where
+}
+
+// ListNotifications lists notifications selected by f in ID order.
+func (s *Store) ListNotifications(ctx context.Context, f redrive.NotificationFilter) ([]redrive.Notification, error) {
+	if err := f.Validate(); err != nil {
+		return nil, fmt.Errorf("postgres: list notifications: %w", err)
+	}
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	var a args
+	where := notificationWhere(f, &a)
+	out, err := s.queryNotifications(ctx, `SELECT `+outboxColumns+` FROM `+s.q+`.outbox WHERE `+where+
+		` ORDER BY id`+limitClause(&a, f.Limit), a)
+	if err != nil {
+		return nil, s.fail("list notifications", err)
+	}
+	return out, nil
+}
+
+// RedriveNotifications makes dead notifications pending again.
+func (s *Store) RedriveNotifications(ctx context.Context, f redrive.NotificationFilter, now time.Time) (int, error) {
+	if err := f.Validate(); err != nil {
+		return 0, fmt.Errorf("postgres: redrive notifications: %w", err)
+	}
+	for _, st := range f.Statuses {
+		if st != redrive.NotificationDead {
+			return 0, fmt.Errorf("postgres: redrive notifications: %w: only dead notifications are redriven, not %s",
+				redrive.ErrBadNotificationFilter, st)
+		}
+	}
+	f.Statuses = []redrive.NotificationStatus{redrive.NotificationDead}
+	var a args
+	at := a.add(now)
+	where := notificationWhere(f, &a)
+	tag, err := s.pool.Exec(ctx, `UPDATE `+s.q+`.outbox SET status = 'pending', attempts = 0, rate_limit_waits = 0,
+		next_at = `+at+`, updated_at = `+at+`, lease_owner = ''
+		WHERE status = 'dead' AND id IN (SELECT id FROM `+s.q+`.outbox WHERE `+where+` ORDER BY id`+limitClause(&a, f.Limit)+`
+			FOR UPDATE)`, a...)
+	if err != nil {
+		return 0, s.fail("redrive notifications", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
