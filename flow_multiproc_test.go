@@ -128,7 +128,10 @@ func TestFlowSharedLimitAcrossProcesses(t *testing.T) {
 	if perSecond > sharedRate+1+3*3 {
 		t.Fatalf("%d calls in one second: the limit of %d/s did not hold for the deployment", perSecond, sharedRate)
 	}
-	if limited > len(arr)/20 {
+	// Refusals come from late timers bunching calls against the server's
+	// burst of 4: a few percent on an idle machine, up to 6 % seen with both
+	// cores busy. Unshared processes would see two thirds of their calls refused.
+	if limited > len(arr)/10 {
 		t.Fatalf("%d of %d calls refused", limited, len(arr))
 	}
 }
