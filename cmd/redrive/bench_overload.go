@@ -33,7 +33,8 @@ as a multiple of C, connections per worker and calls per item.
 Variants: naive (32 goroutines that retry after a fixed 100 ms), engine (the Go
 engine, a handler over retryhttp.Transport, SQLite), runner (redrive run, an
 http stage with no options), postgres (--procs worker processes on PostgreSQL
-sharing one run), their -no-ra forms against 429s without Retry-After, and
+sharing one run; postgres-rate: the same with the stage's rate limit set to
+--rate, which the processes share through the database), their -no-ra forms against 429s without Retry-After, and
 nginx-naive, nginx-engine, nginx-runner against nginx limit_req (rate --rate,
 burst --burst, nodelay, limit_req_status 429) in front of an unlimited backend.
 By default every variant whose prerequisites exist runs: postgres needs
@@ -106,5 +107,6 @@ func newBenchOverloadWorkerCmd() *cobra.Command {
 	cmd.Flags().StringVar(&o.URL, "url", "", "the server's endpoint")
 	cmd.Flags().IntVar(&o.Workers, "workers", 11, "workers of this process")
 	cmd.Flags().Int64Var(&o.RunID, "run", 0, "the run to work until it ends")
+	cmd.Flags().Float64Var(&o.Rate, "rate", 0, "the stage's configured rate limit, shared through the database (0: adaptive)")
 	return cmd
 }

@@ -11,23 +11,24 @@ import (
 
 // The variants of Overload.
 const (
-	VariantNaive       = "naive"        // 32 goroutines, a fixed 100 ms after a 429
-	VariantNaiveNoRA   = "naive-no-ra"  // the same against 429s without Retry-After
-	VariantEngine      = "engine"       // the Go engine, a handler over retryhttp.Transport
-	VariantEngineNoRA  = "engine-no-ra" // the same against 429s without Retry-After
-	VariantRunner      = "runner"       // `redrive run`, an http stage
-	VariantRunnerNoRA  = "runner-no-ra" // the same against 429s without Retry-After
-	VariantPostgres    = "postgres"     // Procs worker processes on PostgreSQL
-	VariantNginxNaive  = "nginx-naive"  // the naive loop against nginx limit_req
-	VariantNginxEngine = "nginx-engine" // the engine against nginx limit_req
-	VariantNginxRunner = "nginx-runner" // `redrive run` against nginx limit_req
+	VariantNaive        = "naive"         // 32 goroutines, a fixed 100 ms after a 429
+	VariantNaiveNoRA    = "naive-no-ra"   // the same against 429s without Retry-After
+	VariantEngine       = "engine"        // the Go engine, a handler over retryhttp.Transport
+	VariantEngineNoRA   = "engine-no-ra"  // the same against 429s without Retry-After
+	VariantRunner       = "runner"        // `redrive run`, an http stage
+	VariantRunnerNoRA   = "runner-no-ra"  // the same against 429s without Retry-After
+	VariantPostgres     = "postgres"      // Procs worker processes on PostgreSQL
+	VariantPostgresRate = "postgres-rate" // the same with the stage's rate limit set to C, shared in the database
+	VariantNginxNaive   = "nginx-naive"   // the naive loop against nginx limit_req
+	VariantNginxEngine  = "nginx-engine"  // the engine against nginx limit_req
+	VariantNginxRunner  = "nginx-runner"  // `redrive run` against nginx limit_req
 )
 
 // AllVariants lists every variant of Overload in the order it runs them.
 var AllVariants = []string{
 	VariantNaive, VariantEngine, VariantRunner,
 	VariantNaiveNoRA, VariantEngineNoRA, VariantRunnerNoRA,
-	VariantPostgres,
+	VariantPostgres, VariantPostgresRate,
 	VariantNginxNaive, VariantNginxEngine, VariantNginxRunner,
 }
 
@@ -92,8 +93,8 @@ func (o OverloadOptions) withDefaults() OverloadOptions {
 	if len(o.Variants) == 0 {
 		for _, v := range AllVariants {
 			switch {
-			case (v == VariantRunner || v == VariantRunnerNoRA || v == VariantNginxRunner || v == VariantPostgres) && o.Exe == "":
-			case v == VariantPostgres && o.PostgresURL == "":
+			case (v == VariantRunner || v == VariantRunnerNoRA || v == VariantNginxRunner || strings.HasPrefix(v, VariantPostgres)) && o.Exe == "":
+			case strings.HasPrefix(v, VariantPostgres) && o.PostgresURL == "":
 			case strings.HasPrefix(v, "nginx") && o.Nginx == "":
 			default:
 				o.Variants = append(o.Variants, v)
@@ -152,8 +153,12 @@ func runVariant(ctx context.Context, o OverloadOptions, v string) (Result, error
 		c, err = runEngine(vctx, url, o.Items, o.Workers)
 	case VariantRunner, VariantRunnerNoRA:
 		c, err = runRunner(vctx, o.Exe, url, o.Items, o.Workers)
-	case VariantPostgres:
-		c, err = runProcs(vctx, o, url)
+	case VariantPostgres, VariantPostgresRate:
+		rate := 0.0
+		if v == VariantPostgresRate {
+			rate = o.Rate
+		}
+		c, err = runProcs(vctx, o, url, rate)
 		r.Workers = o.Procs * perProc(o.Workers, o.Procs)
 	}
 	if err != nil {

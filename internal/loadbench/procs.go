@@ -27,6 +27,9 @@ type WorkerOptions struct {
 	Workers int
 	// RunID is the run to work until it ends. Required.
 	RunID int64
+	// Rate, when above 0, is the stage's configured rate limit, shared by every process
+	// through the database. Default 0: the stage adapts to an unknown limit.
+	Rate float64
 }
 
 // Work is one worker process of the postgres variant: it works the benchmark's pipeline
@@ -39,7 +42,9 @@ func Work(ctx context.Context, o WorkerOptions) error {
 	defer store.Close()
 	hc := &http.Client{Transport: &retryhttp.Transport{}}
 	client := redrive.NewClient(store, redrive.Config{Workers: o.Workers, RunCheckInterval: 200 * time.Millisecond})
-	if err := client.Register(Pipeline(hc, o.URL)); err != nil {
+	p := Pipeline(hc, o.URL)
+	p.Stages[0].RateLimit.Rate = o.Rate
+	if err := client.Register(p); err != nil {
 		return err
 	}
 	if err := client.Start(ctx); err != nil {
@@ -55,8 +60,9 @@ func Work(ctx context.Context, o WorkerOptions) error {
 }
 
 // runProcs enqueues the items in a fresh PostgreSQL schema and starts o.Procs processes
-// `redrive bench overload-worker` that share them, then waits for the run to end.
-func runProcs(ctx context.Context, o OverloadOptions, url string) (counts, error) {
+// `redrive bench overload worker` that share them (with the stage's rate limit set to
+// rate when it is above 0), then waits for the run to end.
+func runProcs(ctx context.Context, o OverloadOptions, url string, rate float64) (counts, error) {
 	schema := "redrive_overload_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 	store, err := postgres.Open(ctx, o.PostgresURL, postgres.Options{Schema: schema, Migrate: true})
 	if err != nil {
@@ -84,7 +90,8 @@ func runProcs(ctx context.Context, o OverloadOptions, url string) (counts, error
 	for i := range procs {
 		p := &proc{}
 		p.cmd = exec.CommandContext(ctx, o.Exe, "bench", "overload", "worker", "--db", o.PostgresURL, "--pg-schema", schema,
-			"--url", url, "--workers", strconv.Itoa(perProc(o.Workers, o.Procs)), "--run", strconv.FormatInt(run.ID, 10))
+			"--url", url, "--workers", strconv.Itoa(perProc(o.Workers, o.Procs)), "--run", strconv.FormatInt(run.ID, 10),
+			"--rate", strconv.FormatFloat(rate, 'g', -1, 64))
 		p.cmd.Stderr = &p.stderr
 		if err := p.cmd.Start(); err != nil {
 			return counts{}, fmt.Errorf("start worker process: %w", err)
