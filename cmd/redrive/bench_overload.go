@@ -34,7 +34,8 @@ Variants: naive (32 goroutines that retry after a fixed 100 ms), engine (the Go
 engine, a handler over retryhttp.Transport, SQLite), runner (redrive run, an
 http stage with no options), postgres (--procs worker processes on PostgreSQL
 sharing one run; postgres-rate: the same with the stage's rate limit set to
---rate, which the processes share through the database), their -no-ra forms against 429s without Retry-After, and
+--rate, which the processes share through the database), their -no-ra forms
+against 429s without Retry-After, and
 nginx-naive, nginx-engine, nginx-runner against nginx limit_req (rate --rate,
 burst --burst, nodelay, limit_req_status 429) in front of an unlimited backend.
 By default every variant whose prerequisites exist runs: postgres needs
