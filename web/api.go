@@ -714,6 +714,31 @@ type cancelRequest struct {
 	Reason string `json:"reason"`
 }
 
+// cancelArgs reads the ID in the path and the reason in the body of a
+// cancel request (DefaultCancelReason when empty). It answers the request
+// itself and reports false when either is wrong.
+func (s *server) cancelArgs(w http.ResponseWriter, r *http.Request) (id int64, reason string, ok bool) {
+	id, err := pathID(r)
+	if err != nil {
+		writeBad(w, err)
+		return 0, "", false
+	}
+	var req cancelRequest
+	if err := s.decodeBody(w, r, &req); err != nil {
+		writeBad(w, err)
+		return 0, "", false
+	}
+	reason = strings.TrimSpace(req.Reason)
+	if reason == "" {
+		reason = DefaultCancelReason
+	}
+	if len(reason) > 1000 {
+		writeBad(w, badField("reason", "longer than 1000 bytes"))
+		return 0, "", false
+	}
+	return id, reason, true
+}
+
 // cancelResponse is the response of POST /api/v1/runs/{id}/cancel.
 type cancelResponse struct {
 	// Canceled is how many pending items were canceled.
@@ -725,22 +750,8 @@ type cancelResponse struct {
 // pending items canceled with the reason. Running items finish their
 // attempt.
 func (s *server) cancelRun(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r)
-	if err != nil {
-		writeBad(w, err)
-		return
-	}
-	var req cancelRequest
-	if err := s.decodeBody(w, r, &req); err != nil {
-		writeBad(w, err)
-		return
-	}
-	reason := strings.TrimSpace(req.Reason)
-	if reason == "" {
-		reason = DefaultCancelReason
-	}
-	if len(reason) > 1000 {
-		writeBad(w, badField("reason", "longer than 1000 bytes"))
+	id, reason, ok := s.cancelArgs(w, r)
+	if !ok {
 		return
 	}
 	ctx := r.Context()

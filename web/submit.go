@@ -441,22 +441,8 @@ type cancelItemResponse struct {
 // POST /api/v1/items/{id}/cancel: a pending item is canceled with the
 // reason; an item in any other state answers 409 and is left alone.
 func (s *server) cancelItem(w http.ResponseWriter, r *http.Request) {
-	id, err := pathID(r)
-	if err != nil {
-		writeBad(w, err)
-		return
-	}
-	var req cancelRequest
-	if err := s.decodeBody(w, r, &req); err != nil {
-		writeBad(w, err)
-		return
-	}
-	reason := strings.TrimSpace(req.Reason)
-	if reason == "" {
-		reason = DefaultCancelReason
-	}
-	if len(reason) > 1000 {
-		writeBad(w, badField("reason", "longer than 1000 bytes"))
+	id, reason, ok := s.cancelArgs(w, r)
+	if !ok {
 		return
 	}
 	ctx := r.Context()
