@@ -62,6 +62,13 @@ func textContains(sel, want string) chromedp.Action[chromedp.Void] {
 		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(60*time.Second))
 }
 
+// attrContains waits until the element matched by sel has an attribute
+// containing want.
+func attrContains(sel, attr, want string) chromedp.Action[chromedp.Void] {
+	return chromedp.Poll[chromedp.Void](`(() => { const e = document.querySelector(`+quoteJS(sel)+`); return !!e && (e.getAttribute(`+quoteJS(attr)+`) || '').includes(`+quoteJS(want)+`); })()`,
+		chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(60*time.Second))
+}
+
 // screenshot saves the page as docs/<name>.png when REDRIVE_SCREENSHOTS
 // names the docs directory (how the screenshots in docs/ are made).
 func screenshot(t *testing.T, ctx context.Context, name string) {
@@ -174,6 +181,9 @@ func TestBrowserConsole(t *testing.T) {
 	err = chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/#/dlq?class=retryable"),
 		textContains("#dlq-total", "30 items match"),
+		// The previous view also matched 30 items: wait until the page
+		// has been drawn for the new filter.
+		attrContains("#act-export", "href", "class=retryable"),
 	)
 	if err != nil {
 		t.Fatalf("retryable dead letters: %v", err)
