@@ -82,7 +82,7 @@ func (s *Store) Migrate(ctx context.Context) error {
 	if err := tx.Commit(ctx); err != nil {
 		return s.fail("migrate: commit", err)
 	}
-	return nil
+	return s.backfillFingerprints(ctx)
 }
 
 // MigrationStatus lists the embedded migrations in version order and

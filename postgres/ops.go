@@ -150,7 +150,8 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 				next_at = $5::timestamptz + ((u.ord - 1) * $6::bigint) * interval '1 microsecond',
 				ready = (u.ord - 1) * $6::bigint <= 0,
 				updated_at = $5, lease_owner = '', lease_expires_at = NULL,
-				reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
+				reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL,
+			reason_fingerprint = NULL
 			FROM u WHERE i.id = u.id
 			RETURNING i.run_id)
 		UPDATE `+s.q+`.runs SET status = 'running', finished_at = NULL, reason = ''

@@ -100,7 +100,7 @@ func (s *Store) CancelPending(ctx context.Context, f redrive.ItemFilter, r redri
 		reason_stage = coalesce(nullif(` + a.add(r.Stage) + `, ''), stage),
 		reason_class = ` + a.add(r.Class) + `, reason_error = ` + a.add(r.Error) + `,
 		reason_attempts = coalesce(nullif(` + a.add(r.Attempts) + `::int, 0), attempt),
-		reason_at = ` + at + `
+		reason_at = ` + at + `, reason_fingerprint = ` + a.add(redrive.Fingerprint(r.Error)) + `
 	WHERE state = 'pending' AND `
 	if f.Limit > 0 {
 		sql += `id = ANY(ARRAY(SELECT id FROM ` + s.q + `.items WHERE ` + itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE SKIP LOCKED))`
@@ -275,7 +275,8 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 			next_at = ` + nowP + `::timestamptz + (num.n * ` + ivP + `::bigint) * interval '1 microsecond',
 			ready = num.n * ` + ivP + `::bigint <= 0,
 			updated_at = ` + nowP + `, lease_owner = '', lease_expires_at = NULL,
-			reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
+			reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL,
+			reason_fingerprint = NULL
 		FROM num WHERE i.id = num.id AND i.state = ANY(` + statesP + `::text[])
 		RETURNING i.run_id),
 	reopen AS (

@@ -57,6 +57,7 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 	prios := make([]int32, n)
 	invalid := make([]string, n)
 	orders := make([]time.Time, n)
+	fps := make([]string, n)
 	for i := range req.Items {
 		it := &req.Items[i]
 		if it.Key != "" {
@@ -65,6 +66,9 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 		payloads[i] = it.Payload
 		prios[i] = int32(it.Priority)
 		invalid[i] = it.Invalid
+		if it.Invalid != "" {
+			fps[i] = redrive.Fingerprint(it.Invalid)
+		}
 		orders[i] = it.OrderAt
 		if orders[i].IsZero() {
 			orders[i] = req.Now
@@ -73,25 +77,26 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 	// IDs are drawn before the insert so that each input row knows its
 	// ID; rows that hit an existing key waste theirs.
 	rows, err := tx.Query(ctx, `WITH input AS MATERIALIZED (
-		SELECT nextval($9::regclass) AS id, u.k, u.p, u.pr, u.inv, u.oa, u.ord
-		FROM unnest($1::text[], $2::bytea[], $3::int[], $4::text[], $11::timestamptz[]) WITH ORDINALITY AS u(k, p, pr, inv, oa, ord)),
+		SELECT nextval($9::regclass) AS id, u.k, u.p, u.pr, u.inv, u.oa, u.fp, u.ord
+		FROM unnest($1::text[], $2::bytea[], $3::int[], $4::text[], $11::timestamptz[], $12::text[]) WITH ORDINALITY AS u(k, p, pr, inv, oa, fp, ord)),
 	ins AS (
 		INSERT INTO `+s.q+`.items (id, run_id, pipeline, key, stage, stage_index, state, priority, payload, input,
 			enqueued_at, next_at, updated_at, order_at, ready,
-			reason_stage, reason_class, reason_error, reason_attempts, reason_at)
+			reason_stage, reason_class, reason_error, reason_attempts, reason_at, reason_fingerprint)
 		SELECT id, $5, $6, k, $7, 0, CASE WHEN inv <> '' THEN 'dead' ELSE 'pending' END, pr, p, p,
 			$8, $8, $8, oa, true,
 			CASE WHEN inv <> '' THEN $7 END,
 			CASE WHEN inv <> '' THEN $10 END,
 			nullif(inv, ''),
 			CASE WHEN inv <> '' THEN 0 END,
-			CASE WHEN inv <> '' THEN $8::timestamptz END
+			CASE WHEN inv <> '' THEN $8::timestamptz END,
+			CASE WHEN inv <> '' THEN fp END
 		FROM input ORDER BY ord
 		ON CONFLICT (pipeline, key) WHERE key IS NOT NULL DO NOTHING
 		RETURNING id)
 	SELECT input.id, ins.id IS NOT NULL FROM input LEFT JOIN ins ON ins.id = input.id ORDER BY input.ord`,
 		keys, payloads, prios, invalid, req.RunID, req.Pipeline, req.Stage, req.Now,
-		s.q+".items_id_seq", redrive.ClassInvalidInput, orders)
+		s.q+".items_id_seq", redrive.ClassInvalidInput, orders, fps)
 	if err != nil {
 		return nil, err
 	}
@@ -186,10 +191,11 @@ func (s *Store) enqueueCopy(ctx context.Context, tx pgx.Tx, req redrive.EnqueueR
 			order = req.Now
 		}
 		row := []any{ids[i], req.RunID, req.Pipeline, req.Stage, "pending", int32(it.Priority), it.Payload, it.Payload,
-			req.Now, req.Now, req.Now, order, true, nil, nil, nil, nil, nil}
+			req.Now, req.Now, req.Now, order, true, nil, nil, nil, nil, nil, nil}
 		if it.Invalid != "" {
 			row[4] = "dead"
 			row[13], row[14], row[15], row[16], row[17] = req.Stage, redrive.ClassInvalidInput, it.Invalid, int32(0), req.Now
+			row[18] = redrive.Fingerprint(it.Invalid)
 		} else {
 			pending = true
 		}
@@ -198,7 +204,7 @@ func (s *Store) enqueueCopy(ctx context.Context, tx pgx.Tx, req redrive.EnqueueR
 	})
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "items"}, []string{"id", "run_id", "pipeline", "stage", "state",
 		"priority", "payload", "input", "enqueued_at", "next_at", "updated_at", "order_at", "ready",
-		"reason_stage", "reason_class", "reason_error", "reason_attempts", "reason_at"}, src); err != nil {
+		"reason_stage", "reason_class", "reason_error", "reason_attempts", "reason_at", "reason_fingerprint"}, src); err != nil {
 		return nil, err
 	}
 	if pending {
@@ -496,7 +502,7 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 		aPipelines                                []string
 		rHas                                      []bool
 		failed                                    []int32
-		aHashes                                   []string
+		aHashes, rFPs, aFPs                       []string
 	)
 	for i := range cs {
 		c := &cs[i]
@@ -528,6 +534,11 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 		rErrs = append(rErrs, r.Error)
 		rAttempts = append(rAttempts, int32(r.Attempts))
 		rAts = append(rAts, r.At)
+		rFP := ""
+		if final {
+			rFP = redrive.Fingerprint(r.Error)
+		}
+		rFPs = append(rFPs, rFP)
 		rec := &c.Record
 		aItems = append(aItems, rec.ItemID)
 		aRuns = append(aRuns, rec.RunID)
@@ -543,6 +554,14 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 		delays = append(delays, int64(rec.Delay))
 		failed = append(failed, int32(c.FailedAttempts))
 		aHashes = append(aHashes, rec.ConfigHash)
+		aFP := ""
+		if rec.Outcome != redrive.OutcomeSucceeded {
+			aFP = rFP
+			if !final || rec.Error != r.Error {
+				aFP = redrive.Fingerprint(rec.Error)
+			}
+		}
+		aFPs = append(aFPs, aFP)
 	}
 	// Fencing is by token: an item's token is odd exactly while it is
 	// running (Claim and every way out of running, Complete and Release,
@@ -569,33 +588,35 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 			reason_error = CASE WHEN u.r_has THEN u.r_error END,
 			reason_attempts = CASE WHEN u.r_has THEN u.r_attempts END,
 			reason_at = CASE WHEN u.r_has THEN u.r_at END,
+			reason_fingerprint = CASE WHEN u.r_has THEN u.r_fp END,
 			failed_attempts = u.failed
 		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::int[], $7::int[],
 			$8::timestamptz[], $9::bytea[], $10::timestamptz[], $11::bool[], $12::text[], $13::text[], $14::text[],
 			$15::int[], $16::timestamptz[], $17::text[], $18::int[], $19::int[], $20::text[], $21::text[], $22::text[],
 			$23::timestamptz[], $24::timestamptz[], $25::bigint[], $26::bigint[], $27::bigint[], $28::text[],
-			$29::int[], $30::text[]) WITH ORDINALITY
+			$29::int[], $30::text[], $31::text[], $32::text[]) WITH ORDINALITY
 		AS u(id, token, state, stage_index, stage, attempt, rlw, next_at, payload, now, r_has, r_stage, r_class, r_error,
 			r_attempts, r_at, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error, a_started, a_finished, a_delay,
-			a_item, a_run, a_pipeline, failed, a_hash, ord)
+			a_item, a_run, a_pipeline, failed, a_hash, r_fp, a_fp, ord)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1
 			AND `+lockedFirst+`
 		RETURNING i.id, u.token, u.ord, coalesce(nullif(u.a_item, 0), i.id) AS a_item, coalesce(nullif(u.a_run, 0), i.run_id) AS a_run,
 			coalesce(nullif(u.a_pipeline, ''), i.pipeline) AS a_pipeline, u.a_stage, u.a_stage_index, u.a_number, u.a_outcome,
 			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay, u.a_hash,
+			CASE WHEN u.a_outcome <> 'succeeded' THEN u.a_fp END AS a_fp,
 			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage END AS next_stage,
 			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage_index END AS next_stage_index,
 			CASE WHEN i.stage_index > u.a_stage_index THEN i.payload END AS next_input),
 	ins AS (
 		INSERT INTO `+s.q+`.attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class, error,
-			started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input)
+			started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input, fingerprint)
 		SELECT a_item, a_run, a_pipeline, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error,
-			a_started, a_finished, a_delay, a_hash, next_stage, next_stage_index, next_input
+			a_started, a_finished, a_delay, a_hash, next_stage, next_stage_index, next_input, a_fp
 		FROM upd ORDER BY ord)
 	SELECT id, token FROM upd`,
 		ids, tokens, states, stageIdx, stages, attempts, rlws, nextAts, payloads, nows, rHas, rStages, rClasses, rErrs,
 		rAttempts, rAts, aStages, aIdx, aNumbers, aOutcomes, aClasses, aErrs, aStarted, aFinished, delays, aItems, aRuns, aPipelines,
-		failed, aHashes)
+		failed, aHashes, rFPs, aFPs)
 	if err != nil {
 		return nil, s.fail("complete", err)
 	}

@@ -108,4 +108,5 @@ func ExampleStore_MigrationStatus() {
 	// 0008 console applied: true
 	// 0009 outbox applied: true
 	// 0010 triggers applied: true
+	// 0014 fingerprints applied: true
 }

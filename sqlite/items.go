@@ -83,8 +83,8 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 	now := tnz(req.Now)
 	insStmt, err := s.stmts.get(ctx, `INSERT INTO items (run_id, pipeline, key, stage, stage_index, state,
 		priority, payload, input, enqueued_at, next_at, updated_at, order_at, ready,
-		reason_stage, reason_class, reason_error, reason_attempts, reason_at)
-		VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?)
+		reason_stage, reason_class, reason_error, reason_attempts, reason_at, reason_fingerprint)
+		VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT DO NOTHING`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: enqueue: %w", err)
@@ -113,14 +113,15 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 			if !it.OrderAt.IsZero() {
 				orderAt = tnz(it.OrderAt)
 			}
-			var rStage, rClass, rError, rAttempts, rAt any
+			var rStage, rClass, rError, rAttempts, rAt, rFP any
 			if it.Invalid != "" {
 				state = redrive.StateDead
 				rStage, rClass, rError, rAttempts, rAt = req.Stage, redrive.ClassInvalidInput, it.Invalid, 0, now
+				rFP = redrive.Fingerprint(it.Invalid)
 			}
 			res, err := ins.ExecContext(ctx, req.RunID, req.Pipeline, nullStr(it.Key), req.Stage, string(state),
 				it.Priority, blob(it.Payload), blob(it.Payload), now, now, now, orderAt,
-				rStage, rClass, rError, rAttempts, rAt)
+				rStage, rClass, rError, rAttempts, rAt, rFP)
 			if err != nil {
 				return err
 			}
@@ -439,13 +440,14 @@ func completeSQL(n int) string {
 		payload = CASE WHEN v.column9 THEN v.column10 ELSE items.payload END,
 		lease_owner = NULL, lease_expires_at = NULL, updated_at = v.column11,
 		reason_stage = v.column12, reason_class = v.column13, reason_error = v.column14,
-		reason_attempts = v.column15, reason_at = v.column16, failed_attempts = v.column17
+		reason_attempts = v.column15, reason_at = v.column16, failed_attempts = v.column17,
+		reason_fingerprint = v.column18
 		FROM (VALUES `)
 	for i := range n {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	}
 	q.WriteString(`) AS v WHERE items.id = v.column1 AND items.lease_token = v.column2 AND items.state = 'running'
 		RETURNING items.id, items.run_id, items.pipeline`)
@@ -455,14 +457,14 @@ func completeSQL(n int) string {
 func attemptsSQL(n int) string {
 	var q strings.Builder
 	q.WriteString(`INSERT INTO attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class,
-		error, started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input)
+		error, started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input, fingerprint)
 		SELECT column1, column2, column3, column4, column5, column6, column7, column8, column9, column10,
-			column11, column12, column13, column14, column15, column16 FROM (VALUES `)
+			column11, column12, column13, column14, column15, column16, column17 FROM (VALUES `)
 	for i := range n {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
 	}
 	q.WriteString(`) WHERE column1 IS NOT NULL`)
 	return q.String()
@@ -486,13 +488,13 @@ func hasDuplicate(cs []redrive.Completion) bool {
 // sizes stay prepared.
 func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []redrive.Completion, applied []bool) error {
 	n := bucket(len(cs))
-	args := make([]any, 0, 17*n)
+	args := make([]any, 0, 18*n)
 	for _, c := range cs {
 		var next any
 		if c.State == redrive.StatePending {
 			next = tnz(c.NextAt)
 		}
-		var rStage, rClass, rError, rAttempts, rAt any
+		var rStage, rClass, rError, rAttempts, rAt, rFP any
 		if c.State == redrive.StateDead || c.State == redrive.StateCanceled {
 			r := c.Reason
 			if r == nil {
@@ -500,16 +502,17 @@ func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []red
 					Attempts: c.Attempt, At: c.Now}
 			}
 			rStage, rClass, rError, rAttempts, rAt = r.Stage, r.Class, r.Error, r.Attempts, tn(r.At)
+			rFP = redrive.Fingerprint(r.Error)
 		}
 		replace := 0
 		if c.Payload != nil {
 			replace = 1
 		}
 		args = append(args, c.ItemID, c.Token, string(c.State), c.Stage, c.StageIndex, c.Attempt, c.RateLimitWaits,
-			next, replace, blob(c.Payload), tnz(c.Now), rStage, rClass, rError, rAttempts, rAt, c.FailedAttempts)
+			next, replace, blob(c.Payload), tnz(c.Now), rStage, rClass, rError, rAttempts, rAt, c.FailedAttempts, rFP)
 	}
 	for range n - len(cs) {
-		args = append(args, 0, 0, "", "", 0, 0, 0, nil, 0, nil, 0, nil, nil, nil, nil, nil, 0)
+		args = append(args, 0, 0, "", "", 0, 0, 0, nil, 0, nil, 0, nil, nil, nil, nil, nil, 0, nil)
 	}
 	rows, err := tx.StmtContext(ctx, upd).QueryContext(ctx, args...)
 	if err != nil {
@@ -568,13 +571,23 @@ func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []red
 		}
 		args = append(args, a.ItemID, a.RunID, a.Pipeline, a.Stage, a.StageIndex, a.Number, string(a.Outcome),
 			a.Class, a.Error, tn(a.StartedAt), tn(a.FinishedAt), int64(a.Delay), a.ConfigHash,
-			nextStage, nextIndex, nextInput)
+			nextStage, nextIndex, nextInput, attemptFingerprint(a))
 	}
 	for range n - len(done) {
-		args = append(args, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil)
+		args = append(args, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil)
 	}
 	if _, err := tx.StmtContext(ctx, ins).ExecContext(ctx, args...); err != nil {
 		return fmt.Errorf("record attempts: %w", err)
 	}
 	return nil
+}
+
+// attemptFingerprint is the fingerprint stored with a failed attempt, NULL
+// for a success: the console groups failures only, and the success path
+// pays no regular expressions.
+func attemptFingerprint(a redrive.Attempt) any {
+	if a.Outcome == redrive.OutcomeSucceeded {
+		return nil
+	}
+	return redrive.Fingerprint(a.Error)
 }

@@ -167,7 +167,8 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 			runs[t.run] = true
 			q := `UPDATE items SET state = 'pending', stage = ?, stage_index = ?, payload = ?, attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
 				next_at = ?, ready = ?, updated_at = ?, lease_owner = NULL, lease_expires_at = NULL,
-				reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
+				reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL,
+			reason_fingerprint = NULL
 				WHERE id = ?`
 			next := base + int64(i)*int64(req.Interval)
 			qargs := []any{t.stage, t.index, blob(t.payload), next, next <= base, base, t.id}

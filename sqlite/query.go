@@ -186,13 +186,13 @@ func (s *Store) CancelPending(ctx context.Context, f redrive.ItemFilter, r redri
 	where, args := itemWhere(f)
 	q := `UPDATE items SET state = 'canceled', updated_at = ?,
 		reason_stage = COALESCE(?, stage), reason_class = ?, reason_error = ?,
-		reason_attempts = COALESCE(?, attempt), reason_at = ?
+		reason_attempts = COALESCE(?, attempt), reason_at = ?, reason_fingerprint = ?
 		WHERE id IN (SELECT id FROM items WHERE ` + where + ` ORDER BY id` + limitClause(f.Limit) + `)`
 	var attempts any
 	if r.Attempts != 0 {
 		attempts = r.Attempts
 	}
-	args = append([]any{tnz(r.At), nullStr(r.Stage), r.Class, r.Error, attempts, tnz(r.At)}, args...)
+	args = append([]any{tnz(r.At), nullStr(r.Stage), r.Class, r.Error, attempts, tnz(r.At), redrive.Fingerprint(r.Error)}, args...)
 	var n int64
 	err = s.writeTx(ctx, "cancel pending", func(tx *sql.Tx) error {
 		res, err := tx.ExecContext(ctx, q, args...)
@@ -386,7 +386,8 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 		}
 		upd, err := tx.PrepareContext(ctx, `UPDATE items SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
 			next_at = ?, ready = ?, updated_at = ?, lease_owner = NULL, lease_expires_at = NULL,
-			reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL
+			reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL,
+			reason_fingerprint = NULL
 			WHERE id = ?`)
 		if err != nil {
 			return err

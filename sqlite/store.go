@@ -144,6 +144,10 @@ func Open(ctx context.Context, path string, opts ...Options) (*Store, error) {
 		w.Close()
 		return nil, err
 	}
+	if err := s.backfillFingerprints(ctx); err != nil {
+		w.Close()
+		return nil, err
+	}
 	r, err := sql.Open("sqlite", dsn(path, o, false))
 	if err != nil {
 		w.Close()
