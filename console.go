@@ -34,21 +34,28 @@ type Console interface {
 	// ignoring case ("" means any), by pipeline, stage, class and exact
 	// error, in the order of DeadErrors; f's other fields are ignored.
 	AttemptErrors(ctx context.Context, f ItemFilter) ([]ErrorCount, error)
+	// FailureGroups groups failures by pipeline, stage, class and the
+	// fingerprint the store keeps with each failure (see Fingerprint): the
+	// items selected as DeadErrors selects them, counted as Dead, and the
+	// failed attempts of f.RunID, f.Pipeline, f.Stage and f.Class,
+	// counted as Failures (f.ErrorContains and f.Fingerprint apply to
+	// both). Groups are ranked as RankErrorGroups ranks them; the first
+	// ExampleGroups have examples (ErrorGroup.SetExamples) from the
+	// ErrorSamples newest of their dead items, or of their failed attempts
+	// when they have no dead item. Its cost grows with the number of
+	// failures selected, read from an index, not with the number of
+	// distinct messages.
+	FailureGroups(ctx context.Context, f ItemFilter) ([]ErrorGroup, error)
 }
 
-// ErrorGroups groups the failures selected by f by cause: the dead items f
-// selects and the failed attempts of its run, pipeline and stage, merged by
-// fingerprint and ranked as GroupErrors ranks them.
+// ErrorGroups groups the failures selected by f by cause, as the store's
+// FailureGroups groups them.
 func ErrorGroups(ctx context.Context, s Store, f ItemFilter) ([]ErrorGroup, error) {
-	dead, err := s.DeadErrors(ctx, f)
+	groups, err := s.FailureGroups(ctx, f)
 	if err != nil {
 		return nil, fmt.Errorf("redrive: error groups: %w", err)
 	}
-	failed, err := s.AttemptErrors(ctx, f)
-	if err != nil {
-		return nil, fmt.Errorf("redrive: error groups: %w", err)
-	}
-	return GroupErrors(dead, failed), nil
+	return groups, nil
 }
 
 // AuditAction is one operator action on items, as the audit log records it.

@@ -87,14 +87,80 @@ type ErrorGroup struct {
 	// Failures counts the failed attempts (every outcome but succeeded)
 	// whose error falls in the group.
 	Failures int `json:"failures"`
-	// Messages counts the distinct messages in the group.
+	// Messages counts the distinct messages in the group. A store's
+	// grouping (Console.FailureGroups) counts them among the group's
+	// ErrorSamples newest failures only, so that a group of a million
+	// messages costs what a group of twenty does: 1 then means its recent
+	// failures all read the same.
 	Messages int `json:"messages"`
-	// Examples are up to three of its messages, the most frequent first.
+	// Examples are up to three of its messages: GroupErrors puts the most
+	// frequent first, a store's grouping the newest.
 	Examples []string `json:"examples"`
+	// ExampleItems are the IDs of the items whose failures Examples
+	// quote, in the same order, when the store's grouping found them
+	// (GroupErrors does not know them). Default: none.
+	ExampleItems []int64 `json:"example_items,omitempty"`
 }
 
 // maxExamples bounds ErrorGroup.Examples.
 const maxExamples = 3
+
+// ErrorSamples is how many of a group's newest failures a store reads to
+// pick its examples (ErrorGroup.SetExamples).
+const ErrorSamples = 20
+
+// ExampleGroups is how many of the highest ranked groups a store's
+// grouping gives examples to; the others have none, so that a pathological
+// number of groups (messages the fingerprint does not normalise) costs one
+// grouped read, not a read per group.
+const ExampleGroups = 200
+
+// ErrorSample is one failure read to pick a group's examples: the item and
+// its error message.
+type ErrorSample struct {
+	ItemID int64
+	Error  string
+}
+
+// SetExamples sets g's Examples, ExampleItems and Messages from samples of
+// its newest failures, newest first: the first occurrences of up to three
+// distinct messages, and how many distinct messages the samples hold.
+func (g *ErrorGroup) SetExamples(samples []ErrorSample) {
+	g.Examples, g.ExampleItems = nil, nil
+	seen := map[string]bool{}
+	for _, s := range samples {
+		if seen[s.Error] {
+			continue
+		}
+		seen[s.Error] = true
+		if len(g.Examples) < maxExamples {
+			g.Examples = append(g.Examples, s.Error)
+			g.ExampleItems = append(g.ExampleItems, s.ItemID)
+		}
+	}
+	g.Messages = len(seen)
+}
+
+// RankErrorGroups sorts groups as GroupErrors ranks them: by deaths, then
+// failures, then pipeline, stage, class and fingerprint.
+func RankErrorGroups(groups []ErrorGroup) {
+	sort.Slice(groups, func(a, b int) bool {
+		x, y := groups[a], groups[b]
+		switch {
+		case x.Dead != y.Dead:
+			return x.Dead > y.Dead
+		case x.Failures != y.Failures:
+			return x.Failures > y.Failures
+		case x.Pipeline != y.Pipeline:
+			return x.Pipeline < y.Pipeline
+		case x.Stage != y.Stage:
+			return x.Stage < y.Stage
+		case x.Class != y.Class:
+			return x.Class < y.Class
+		}
+		return x.Fingerprint < y.Fingerprint
+	})
+}
 
 // GroupErrors merges exact-message counts of dead items and of failed
 // attempts into groups by pipeline, stage, class and fingerprint, ranked by
@@ -146,21 +212,6 @@ func GroupErrors(dead, failed []ErrorCount) []ErrorGroup {
 			groups[i].Examples = append(groups[i].Examples, ms[j].text)
 		}
 	}
-	sort.Slice(groups, func(a, b int) bool {
-		x, y := groups[a], groups[b]
-		switch {
-		case x.Dead != y.Dead:
-			return x.Dead > y.Dead
-		case x.Failures != y.Failures:
-			return x.Failures > y.Failures
-		case x.Pipeline != y.Pipeline:
-			return x.Pipeline < y.Pipeline
-		case x.Stage != y.Stage:
-			return x.Stage < y.Stage
-		case x.Class != y.Class:
-			return x.Class < y.Class
-		}
-		return x.Fingerprint < y.Fingerprint
-	})
+	RankErrorGroups(groups)
 	return groups
 }

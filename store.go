@@ -253,6 +253,10 @@ type ItemFilter struct {
 	// ErrorContains matches a substring of the reason's error, ignoring
 	// case (SQLite folds the case of ASCII letters only).
 	ErrorContains string
+	// Fingerprint matches the fingerprint of the reason's error (see
+	// Fingerprint and ErrorGroup): the items of one error group. Default
+	// "": any.
+	Fingerprint string
 	// Since and Until bound the time the item reached its state
 	// (the reason's time for dead and canceled items, else UpdatedAt).
 	Since, Until time.Time

@@ -82,3 +82,115 @@ func scanErrorCounts(rows pgx.Rows) ([]redrive.ErrorCount, error) {
 	}
 	return out, rows.Err()
 }
+
+// FailureGroups groups the failures selected by f by pipeline, stage,
+// class and stored fingerprint (see redrive.Console): two grouped reads
+// of the items_cause and attempts_cause indexes, then one bounded read of
+// the newest failures of each of the first redrive.ExampleGroups groups.
+func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redrive.ErrorGroup, error) {
+	f.AfterID, f.Limit = 0, 0
+	if len(f.States) == 0 {
+		f.States = []redrive.State{redrive.StateDead}
+	}
+	if err := f.Validate(); err != nil {
+		return nil, fmt.Errorf("postgres: failure groups: %w", err)
+	}
+	type key struct{ p, s, c, fp string }
+	idx := map[key]int{}
+	var groups []redrive.ErrorGroup
+	add := func(rows pgx.Rows, dead bool) error {
+		var k key
+		var n int64
+		_, err := pgx.ForEachRow(rows, []any{&k.p, &k.s, &k.c, &k.fp, &n}, func() error {
+			i, ok := idx[k]
+			if !ok {
+				i = len(groups)
+				idx[k] = i
+				groups = append(groups, redrive.ErrorGroup{Pipeline: k.p, Stage: k.s, Class: k.c, Fingerprint: k.fp})
+			}
+			if dead {
+				groups[i].Dead += int(n)
+			} else {
+				groups[i].Failures += int(n)
+			}
+			return nil
+		})
+		return err
+	}
+	var ia args
+	itemW := itemWhere(f, &ia)
+	rows, err := s.pool.Query(ctx, `SELECT pipeline, stage, coalesce(reason_class, ''), reason_fingerprint, count(*)
+		FROM `+s.q+`.items WHERE reason_fingerprint IS NOT NULL AND `+itemW+`
+		GROUP BY pipeline, stage, reason_class, reason_fingerprint`, ia...)
+	if err == nil {
+		err = add(rows, true)
+	}
+	if err != nil {
+		return nil, s.fail("failure groups", err)
+	}
+	var aa args
+	attW := attemptWhere(f, &aa)
+	rows, err = s.pool.Query(ctx, `SELECT pipeline, stage, class, fingerprint, count(*)
+		FROM `+s.q+`.attempts WHERE `+attW+` GROUP BY pipeline, stage, class, fingerprint`, aa...)
+	if err == nil {
+		err = add(rows, false)
+	}
+	if err != nil {
+		return nil, s.fail("failure groups", err)
+	}
+	redrive.RankErrorGroups(groups)
+	for i := range groups[:min(len(groups), redrive.ExampleGroups)] {
+		g := &groups[i]
+		var q string
+		var a args
+		if g.Dead > 0 {
+			a = append(a, ia...)
+			q = `SELECT id, coalesce(reason_error, '') FROM ` + s.q + `.items WHERE ` + itemW +
+				` AND reason_fingerprint = ` + a.add(g.Fingerprint) + ` AND pipeline = ` + a.add(g.Pipeline) +
+				` AND stage = ` + a.add(g.Stage) + ` AND coalesce(reason_class, '') = ` + a.add(g.Class) +
+				` ORDER BY id DESC LIMIT ` + a.add(redrive.ErrorSamples)
+		} else {
+			a = append(a, aa...)
+			q = `SELECT item_id, error FROM ` + s.q + `.attempts WHERE ` + attW +
+				` AND fingerprint = ` + a.add(g.Fingerprint) + ` AND pipeline = ` + a.add(g.Pipeline) +
+				` AND stage = ` + a.add(g.Stage) + ` AND class = ` + a.add(g.Class) +
+				` ORDER BY id DESC LIMIT ` + a.add(redrive.ErrorSamples)
+		}
+		rows, err := s.pool.Query(ctx, q, a...)
+		if err != nil {
+			return nil, s.fail("failure groups: examples", err)
+		}
+		var samples []redrive.ErrorSample
+		var e redrive.ErrorSample
+		if _, err := pgx.ForEachRow(rows, []any{&e.ItemID, &e.Error}, func() error {
+			samples = append(samples, e)
+			return nil
+		}); err != nil {
+			return nil, s.fail("failure groups: examples", err)
+		}
+		g.SetExamples(samples)
+	}
+	return groups, nil
+}
+
+// attemptWhere selects the failed attempts of f's run, pipeline, stage and
+// class whose error contains f.ErrorContains and whose fingerprint is
+// f.Fingerprint (when set). A stored fingerprint marks a failed attempt:
+// successes have none.
+func attemptWhere(f redrive.ItemFilter, a *args) string {
+	where := "fingerprint IS NOT NULL"
+	for _, c := range []struct{ col, v string }{
+		{"pipeline", f.Pipeline}, {"stage", f.Stage}, {"class", f.Class}, {"fingerprint", f.Fingerprint},
+	} {
+		if c.v != "" {
+			where += " AND " + c.col + " = " + a.add(c.v)
+		}
+	}
+	if f.RunID != 0 {
+		where += " AND run_id = " + a.add(f.RunID)
+	}
+	if f.ErrorContains != "" {
+		where += " AND strpos(lower(error), lower(" + a.add(f.ErrorContains) + ")) > 0"
+	}
+	return where
+}

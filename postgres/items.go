@@ -105,6 +105,9 @@ func itemWhere(f redrive.ItemFilter, a *args) string {
 	if f.ErrorContains != "" {
 		conds = append(conds, "strpos(lower(reason_error), lower("+a.add(f.ErrorContains)+")) > 0")
 	}
+	if f.Fingerprint != "" {
+		conds = append(conds, "reason_fingerprint = "+a.add(f.Fingerprint))
+	}
 	if !f.Since.IsZero() {
 		conds = append(conds, reachedAt+" >= "+a.add(f.Since))
 	}

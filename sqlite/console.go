@@ -83,3 +83,121 @@ func scanErrorCounts(rows *sql.Rows) ([]redrive.ErrorCount, error) {
 	}
 	return out, rows.Err()
 }
+
+// FailureGroups groups the failures selected by f by pipeline, stage,
+// class and stored fingerprint (see redrive.Console): two grouped reads
+// of the items_cause and attempts_cause indexes, then one bounded read of
+// the newest failures of each of the first redrive.ExampleGroups groups.
+func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redrive.ErrorGroup, error) {
+	f.AfterID, f.Limit = 0, 0
+	if len(f.States) == 0 {
+		f.States = []redrive.State{redrive.StateDead}
+	}
+	if err := f.Validate(); err != nil {
+		return nil, fmt.Errorf("sqlite: failure groups: %w", err)
+	}
+	type key struct{ p, s, c, fp string }
+	idx := map[key]int{}
+	var groups []redrive.ErrorGroup
+	add := func(rows *sql.Rows, dead bool) error {
+		defer rows.Close()
+		for rows.Next() {
+			var k key
+			var n int
+			if err := rows.Scan(&k.p, &k.s, &k.c, &k.fp, &n); err != nil {
+				return err
+			}
+			i, ok := idx[k]
+			if !ok {
+				i = len(groups)
+				idx[k] = i
+				groups = append(groups, redrive.ErrorGroup{Pipeline: k.p, Stage: k.s, Class: k.c, Fingerprint: k.fp})
+			}
+			if dead {
+				groups[i].Dead += n
+			} else {
+				groups[i].Failures += n
+			}
+		}
+		return rows.Err()
+	}
+	itemW, itemArgs := itemWhere(f)
+	rows, err := s.r.QueryContext(ctx, `SELECT pipeline, stage, COALESCE(reason_class, ''), reason_fingerprint, COUNT(*)
+		FROM items WHERE reason_fingerprint IS NOT NULL AND `+itemW+`
+		GROUP BY pipeline, stage, reason_class, reason_fingerprint`, itemArgs...)
+	if err == nil {
+		err = add(rows, true)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: failure groups: %w", err)
+	}
+	attW, attArgs := attemptWhere(f)
+	rows, err = s.r.QueryContext(ctx, `SELECT pipeline, stage, class, fingerprint, COUNT(*)
+		FROM attempts WHERE `+attW+` GROUP BY pipeline, stage, class, fingerprint`, attArgs...)
+	if err == nil {
+		err = add(rows, false)
+	}
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: failure groups: %w", err)
+	}
+	redrive.RankErrorGroups(groups)
+	for i := range groups[:min(len(groups), redrive.ExampleGroups)] {
+		g := &groups[i]
+		var q string
+		var args []any
+		if g.Dead > 0 {
+			q = `SELECT id, COALESCE(reason_error, '') FROM items WHERE reason_fingerprint = ? AND pipeline = ? AND stage = ?
+				AND COALESCE(reason_class, '') = ? AND ` + itemW + ` ORDER BY id DESC LIMIT ?`
+			args = append([]any{g.Fingerprint, g.Pipeline, g.Stage, g.Class}, itemArgs...)
+		} else {
+			q = `SELECT item_id, error FROM attempts WHERE fingerprint = ? AND pipeline = ? AND stage = ? AND class = ?
+				AND ` + attW + ` ORDER BY id DESC LIMIT ?`
+			args = append([]any{g.Fingerprint, g.Pipeline, g.Stage, g.Class}, attArgs...)
+		}
+		rows, err := s.r.QueryContext(ctx, q, append(args, redrive.ErrorSamples)...)
+		if err != nil {
+			return nil, fmt.Errorf("sqlite: failure groups: examples: %w", err)
+		}
+		var samples []redrive.ErrorSample
+		for rows.Next() {
+			var e redrive.ErrorSample
+			if err := rows.Scan(&e.ItemID, &e.Error); err != nil {
+				rows.Close()
+				return nil, fmt.Errorf("sqlite: failure groups: examples: %w", err)
+			}
+			samples = append(samples, e)
+		}
+		rows.Close()
+		if err := rows.Err(); err != nil {
+			return nil, fmt.Errorf("sqlite: failure groups: examples: %w", err)
+		}
+		g.SetExamples(samples)
+	}
+	return groups, nil
+}
+
+// attemptWhere selects the failed attempts of f's run, pipeline, stage and
+// class whose error contains f.ErrorContains and whose fingerprint is
+// f.Fingerprint (when set). A stored fingerprint marks a failed attempt:
+// successes have none.
+func attemptWhere(f redrive.ItemFilter) (string, []any) {
+	where := []string{"fingerprint IS NOT NULL"}
+	var args []any
+	for _, c := range []struct{ col, v string }{
+		{"pipeline", f.Pipeline}, {"stage", f.Stage}, {"class", f.Class}, {"fingerprint", f.Fingerprint},
+	} {
+		if c.v != "" {
+			where = append(where, c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	if f.RunID != 0 {
+		where = append(where, "run_id = ?")
+		args = append(args, f.RunID)
+	}
+	if f.ErrorContains != "" {
+		where = append(where, "instr(lower(error), lower(?)) > 0")
+		args = append(args, f.ErrorContains)
+	}
+	return strings.Join(where, " AND "), args
+}

@@ -49,6 +49,10 @@ func itemWhere(f redrive.ItemFilter) (string, []any) {
 		where = append(where, "instr(lower(reason_error), lower(?)) > 0")
 		args = append(args, f.ErrorContains)
 	}
+	if f.Fingerprint != "" {
+		where = append(where, "reason_fingerprint = ?")
+		args = append(args, f.Fingerprint)
+	}
 	if !f.Since.IsZero() {
 		where = append(where, stateTime+" >= ?")
 		args = append(args, f.Since.UnixNano())

@@ -339,7 +339,7 @@ func nonNil[T any](s *[]T) {
 	}
 }
 
-var itemParams = []string{"run", "pipeline", "stage", "state", "class", "error_contains", "since", "until", "limit", "cursor"}
+var itemParams = []string{"run", "pipeline", "stage", "state", "class", "error_contains", "fingerprint", "since", "until", "limit", "cursor"}
 
 // itemFilter reads the item filter parameters shared by /items and /dlq.
 func (s *server) itemFilter(q *query) redrive.ItemFilter {
@@ -350,6 +350,7 @@ func (s *server) itemFilter(q *query) redrive.ItemFilter {
 		States:        q.states("state"),
 		Class:         q.str("class"),
 		ErrorContains: q.str("error_contains"),
+		Fingerprint:   q.str("fingerprint"),
 		Since:         q.time("since"),
 		Until:         q.time("until"),
 		Limit:         s.limit(q),
