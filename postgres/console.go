@@ -95,49 +95,29 @@ func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redr
 	if err := f.Validate(); err != nil {
 		return nil, fmt.Errorf("postgres: failure groups: %w", err)
 	}
-	type key struct{ p, s, c, fp string }
-	idx := map[key]int{}
-	var groups []redrive.ErrorGroup
-	add := func(rows pgx.Rows, dead bool) error {
-		var k key
-		var n int64
-		_, err := pgx.ForEachRow(rows, []any{&k.p, &k.s, &k.c, &k.fp, &n}, func() error {
-			i, ok := idx[k]
-			if !ok {
-				i = len(groups)
-				idx[k] = i
-				groups = append(groups, redrive.ErrorGroup{Pipeline: k.p, Stage: k.s, Class: k.c, Fingerprint: k.fp})
-			}
-			if dead {
-				groups[i].Dead += int(n)
-			} else {
-				groups[i].Failures += int(n)
-			}
-			return nil
-		})
-		return err
-	}
-	var ia args
+	var ia, aa args
 	itemW := itemWhere(f, &ia)
-	rows, err := s.pool.Query(ctx, `SELECT pipeline, stage, coalesce(reason_class, ''), reason_fingerprint, count(*)
-		FROM `+s.q+`.items WHERE reason_fingerprint IS NOT NULL AND `+itemW+`
-		GROUP BY pipeline, stage, reason_class, reason_fingerprint`, ia...)
-	if err == nil {
-		err = add(rows, true)
-	}
-	if err != nil {
-		return nil, s.fail("failure groups", err)
-	}
-	var aa args
 	attW := attemptWhere(f, &aa)
-	rows, err = s.pool.Query(ctx, `SELECT pipeline, stage, class, fingerprint, count(*)
-		FROM `+s.q+`.attempts WHERE `+attW+` GROUP BY pipeline, stage, class, fingerprint`, aa...)
+	// The two grouped reads are independent: they run at once, on two
+	// connections.
+	var dead []causeCount
+	var deadErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dead, deadErr = s.causeCounts(ctx, `SELECT pipeline, stage, coalesce(reason_class, ''), coalesce(reason_fingerprint, ''), count(*)
+			FROM `+s.q+`.items WHERE `+itemW+` GROUP BY pipeline, stage, reason_class, reason_fingerprint`, ia)
+	}()
+	failed, err := s.causeCounts(ctx, `SELECT pipeline, stage, class, fingerprint, count(*)
+		FROM `+s.q+`.attempts WHERE `+attW+` GROUP BY pipeline, stage, class, fingerprint`, aa)
+	<-done
 	if err == nil {
-		err = add(rows, false)
+		err = deadErr
 	}
 	if err != nil {
 		return nil, s.fail("failure groups", err)
 	}
+	groups := mergeCauses(dead, failed)
 	redrive.RankErrorGroups(groups)
 	for i := range groups[:min(len(groups), redrive.ExampleGroups)] {
 		g := &groups[i]
@@ -193,4 +173,50 @@ func attemptWhere(f redrive.ItemFilter, a *args) string {
 		where += " AND strpos(lower(error), lower(" + a.add(f.ErrorContains) + ")) > 0"
 	}
 	return where
+}
+
+// causeCount is how many failures of one pipeline, stage, class and
+// fingerprint a grouped read counted.
+type causeCount struct {
+	pipeline, stage, class, fp string
+	n                          int64
+}
+
+func (s *Store) causeCounts(ctx context.Context, q string, a args) ([]causeCount, error) {
+	rows, err := s.pool.Query(ctx, q, a...)
+	if err != nil {
+		return nil, err
+	}
+	var out []causeCount
+	var c causeCount
+	_, err = pgx.ForEachRow(rows, []any{&c.pipeline, &c.stage, &c.class, &c.fp, &c.n}, func() error {
+		out = append(out, c)
+		return nil
+	})
+	return out, err
+}
+
+// mergeCauses makes the groups of dead and failed counts (a NULL class and
+// an empty one are one class).
+func mergeCauses(dead, failed []causeCount) []redrive.ErrorGroup {
+	type key struct{ p, s, c, fp string }
+	idx := map[key]int{}
+	var groups []redrive.ErrorGroup
+	for j, cs := range [][]causeCount{dead, failed} {
+		for _, c := range cs {
+			k := key{c.pipeline, c.stage, c.class, c.fp}
+			i, ok := idx[k]
+			if !ok {
+				i = len(groups)
+				idx[k] = i
+				groups = append(groups, redrive.ErrorGroup{Pipeline: k.p, Stage: k.s, Class: k.c, Fingerprint: k.fp})
+			}
+			if j == 0 {
+				groups[i].Dead += int(c.n)
+			} else {
+				groups[i].Failures += int(c.n)
+			}
+		}
+	}
+	return groups
 }

@@ -96,50 +96,28 @@ func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redr
 	if err := f.Validate(); err != nil {
 		return nil, fmt.Errorf("sqlite: failure groups: %w", err)
 	}
-	type key struct{ p, s, c, fp string }
-	idx := map[key]int{}
-	var groups []redrive.ErrorGroup
-	add := func(rows *sql.Rows, dead bool) error {
-		defer rows.Close()
-		for rows.Next() {
-			var k key
-			var n int
-			if err := rows.Scan(&k.p, &k.s, &k.c, &k.fp, &n); err != nil {
-				return err
-			}
-			i, ok := idx[k]
-			if !ok {
-				i = len(groups)
-				idx[k] = i
-				groups = append(groups, redrive.ErrorGroup{Pipeline: k.p, Stage: k.s, Class: k.c, Fingerprint: k.fp})
-			}
-			if dead {
-				groups[i].Dead += n
-			} else {
-				groups[i].Failures += n
-			}
-		}
-		return rows.Err()
-	}
 	itemW, itemArgs := itemWhere(f)
-	rows, err := s.r.QueryContext(ctx, `SELECT pipeline, stage, COALESCE(reason_class, ''), reason_fingerprint, COUNT(*)
-		FROM items WHERE reason_fingerprint IS NOT NULL AND `+itemW+`
-		GROUP BY pipeline, stage, reason_class, reason_fingerprint`, itemArgs...)
-	if err == nil {
-		err = add(rows, true)
-	}
-	if err != nil {
-		return nil, fmt.Errorf("sqlite: failure groups: %w", err)
-	}
 	attW, attArgs := attemptWhere(f)
-	rows, err = s.r.QueryContext(ctx, `SELECT pipeline, stage, class, fingerprint, COUNT(*)
-		FROM attempts WHERE `+attW+` GROUP BY pipeline, stage, class, fingerprint`, attArgs...)
+	// The two grouped reads are independent: they run at once, on two
+	// read connections.
+	var dead []causeCount
+	var deadErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dead, deadErr = s.causeCounts(ctx, `SELECT pipeline, stage, COALESCE(reason_class, ''), COALESCE(reason_fingerprint, ''), COUNT(*)
+			FROM items WHERE `+itemW+` GROUP BY pipeline, stage, reason_class, reason_fingerprint`, itemArgs)
+	}()
+	failed, err := s.causeCounts(ctx, `SELECT pipeline, stage, class, fingerprint, COUNT(*)
+		FROM attempts WHERE `+attW+` GROUP BY pipeline, stage, class, fingerprint`, attArgs)
+	<-done
 	if err == nil {
-		err = add(rows, false)
+		err = deadErr
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: failure groups: %w", err)
 	}
+	groups := mergeCauses(dead, failed)
 	redrive.RankErrorGroups(groups)
 	for i := range groups[:min(len(groups), redrive.ExampleGroups)] {
 		g := &groups[i]
@@ -200,4 +178,53 @@ func attemptWhere(f redrive.ItemFilter) (string, []any) {
 		args = append(args, f.ErrorContains)
 	}
 	return strings.Join(where, " AND "), args
+}
+
+// causeCount is how many failures of one pipeline, stage, class and
+// fingerprint a grouped read counted.
+type causeCount struct {
+	pipeline, stage, class, fp string
+	n                          int
+}
+
+func (s *Store) causeCounts(ctx context.Context, q string, args []any) ([]causeCount, error) {
+	rows, err := s.r.QueryContext(ctx, q, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []causeCount
+	for rows.Next() {
+		var c causeCount
+		if err := rows.Scan(&c.pipeline, &c.stage, &c.class, &c.fp, &c.n); err != nil {
+			return nil, err
+		}
+		out = append(out, c)
+	}
+	return out, rows.Err()
+}
+
+// mergeCauses makes the groups of dead and failed counts (a NULL class and
+// an empty one are one class).
+func mergeCauses(dead, failed []causeCount) []redrive.ErrorGroup {
+	type key struct{ p, s, c, fp string }
+	idx := map[key]int{}
+	var groups []redrive.ErrorGroup
+	for j, cs := range [][]causeCount{dead, failed} {
+		for _, c := range cs {
+			k := key{c.pipeline, c.stage, c.class, c.fp}
+			i, ok := idx[k]
+			if !ok {
+				i = len(groups)
+				idx[k] = i
+				groups = append(groups, redrive.ErrorGroup{Pipeline: k.p, Stage: k.s, Class: k.c, Fingerprint: k.fp})
+			}
+			if j == 0 {
+				groups[i].Dead += c.n
+			} else {
+				groups[i].Failures += c.n
+			}
+		}
+	}
+	return groups
 }

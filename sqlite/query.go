@@ -5,6 +5,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -14,6 +15,10 @@ import (
 // stateTime is the time an item reached its state: the reason's time for
 // dead and canceled items, else the last update.
 const stateTime = `(CASE WHEN state IN ('dead', 'canceled') THEN COALESCE(reason_at, updated_at) ELSE updated_at END)`
+
+// dlqCondition is the condition of the partial indexes of dead and
+// canceled items (items_dlq, items_cause).
+const dlqCondition = "state IN ('dead', 'canceled')"
 
 // itemWhere translates f into a WHERE clause (without the keyword; "1"
 // when f selects everything) and its arguments. Values are always bound as
@@ -40,6 +45,13 @@ func itemWhere(f redrive.ItemFilter) (string, []any) {
 		for _, st := range f.States {
 			args = append(args, string(st))
 		}
+	}
+	if len(f.States) > 0 && !slices.ContainsFunc(f.States, func(st redrive.State) bool {
+		return st != redrive.StateDead && st != redrive.StateCanceled
+	}) {
+		// The condition of the dead-letter indexes, word for word: SQLite
+		// uses a partial index only for a query that states its condition.
+		where = append(where, dlqCondition)
 	}
 	if f.Class != "" {
 		where = append(where, "reason_class = ?")

@@ -9,7 +9,9 @@ import (
 )
 
 // TestErrorGroups: the 30 "corrupt document i" deaths are one cause, ranked
-// by deaths; the filter narrows the groups and names unknown values.
+// by deaths, whose distinct messages are counted among its newest
+// redrive.ErrorSamples; the filter (fingerprint too) narrows the groups and
+// names unknown values.
 func TestErrorGroups(t *testing.T) {
 	f := newFixture(t, web.Options{Token: token})
 	r := f.get(t, "/api/v1/errors?run=1")
@@ -23,7 +25,7 @@ func TestErrorGroups(t *testing.T) {
 		dead, failures int
 		messages       int
 	}{
-		{"corrupt document <n>", 30, 30, 30},
+		{"corrupt document <n>", 30, 30, redrive.ErrorSamples},
 		{"timeout talking to api", 30, 30, 1},
 		{"<n> from api", 0, 30, 1},
 	}
@@ -35,6 +37,14 @@ func TestErrorGroups(t *testing.T) {
 		if g.Fingerprint != w.fp || g.Dead != w.dead || g.Failures != w.failures || g.Messages != w.messages {
 			t.Errorf("group %d = %+v, want %+v", i, g, w)
 		}
+	}
+	if g := groups.Data[0]; len(g.Examples) != 3 || len(g.ExampleItems) != 3 || g.Examples[0] != "corrupt document 116" {
+		t.Errorf("examples of %q = %q %v, want the three newest", g.Fingerprint, g.Examples, g.ExampleItems)
+	}
+	r = f.get(t, "/api/v1/errors?fingerprint=corrupt+document+%3Cn%3E")
+	r.json(t, &groups)
+	if len(groups.Data) != 1 || groups.Data[0].Dead != 30 || groups.Data[0].Failures != 30 {
+		t.Errorf("fingerprint filter groups = %+v", groups.Data)
 	}
 	r = f.get(t, "/api/v1/errors?class=retryable")
 	r.json(t, &groups)
@@ -52,11 +62,13 @@ func TestErrorGroups(t *testing.T) {
 func TestCount(t *testing.T) {
 	f := newFixture(t, web.Options{Token: token})
 	for target, want := range map[string]int{
-		"/api/v1/count":                                 130,
-		"/api/v1/count?state=dead":                      60,
-		"/api/v1/count?state=dead&class=final":          30,
-		"/api/v1/count?state=pending&pipeline=docs":     30,
-		"/api/v1/count?error_contains=CORRUPT+DOCUMENT": 30,
+		"/api/v1/count":                                      130,
+		"/api/v1/count?state=dead":                           60,
+		"/api/v1/count?state=dead&class=final":               30,
+		"/api/v1/count?state=pending&pipeline=docs":          30,
+		"/api/v1/count?error_contains=CORRUPT+DOCUMENT":      30,
+		"/api/v1/count?fingerprint=corrupt+document+%3Cn%3E": 30,
+		"/api/v1/count?fingerprint=nothing+like+it":          0,
 	} {
 		var c struct{ Total int }
 		r := f.get(t, target)

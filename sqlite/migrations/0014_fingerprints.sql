@@ -15,9 +15,11 @@ ALTER TABLE attempts ADD COLUMN fingerprint TEXT;
 
 -- Dead and canceled items grouped by cause, read from the index alone:
 -- group order, the state and the run carried for the filters. Partial, so
--- the success path never touches it.
+-- the success path never touches it; queries of dead or canceled items
+-- state the index's condition word for word, which is how SQLite knows it
+-- applies. It also counts the dead-letter queue by pipeline and stage.
 CREATE INDEX items_cause ON items (pipeline, stage, reason_class, reason_fingerprint, state, run_id)
-	WHERE reason_fingerprint IS NOT NULL;
+	WHERE state IN ('dead', 'canceled');
 -- The console's error-group filter, in ID order (the first page).
 CREATE INDEX items_fingerprint ON items (reason_fingerprint) WHERE reason_fingerprint IS NOT NULL;
 -- Failed attempts grouped by cause, from the index alone.
