@@ -127,7 +127,7 @@ func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redr
 			a = append(a, ia...)
 			q = `SELECT id, coalesce(reason_error, '') FROM ` + s.q + `.items WHERE ` + itemW +
 				` AND reason_fingerprint = ` + a.add(g.Fingerprint) + ` AND pipeline = ` + a.add(g.Pipeline) +
-				` AND stage = ` + a.add(g.Stage) + ` AND coalesce(reason_class, '') = ` + a.add(g.Class) +
+				` AND stage = ` + a.add(g.Stage) + ` AND reason_class = ` + a.add(g.Class) +
 				` ORDER BY id DESC LIMIT ` + a.add(redrive.ErrorSamples)
 		} else {
 			a = append(a, aa...)

@@ -96,7 +96,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"OrderAt", testOrderAt}, {"ClaimWaitingBacklog", testClaimWaitingBacklog}, {"DeleteFinishedRuns", testDeleteFinishedRuns}, {"LargeEnqueue", testLargeEnqueue},
 		{"SharedLimits", testSharedLimits},
 		{"RateLimitedWaits", testRateLimitedWaits},
-		{"ErrorGroups", testErrorGroups},
+		{"ErrorGroups", testErrorGroups}, {"StoredFingerprints", testStoredFingerprints},
 		{"AuditLog", testAuditLog},
 		{"PauseStages", testPauseStages},
 		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery},

@@ -24,8 +24,10 @@ ALTER TABLE {schema}.attempts ADD COLUMN fingerprint TEXT;
 -- the success path never touches it; queries of dead or canceled items
 -- state the index's condition word for word, which is how SQLite knows it
 -- applies. It also counts the dead-letter queue by pipeline and stage.
-CREATE INDEX items_cause ON {schema}.items (pipeline, stage, reason_class, reason_fingerprint, state, run_id)
-    WHERE state IN ('dead', 'canceled');
+-- The ID orders each group, so that a group's newest deaths (its examples)
+-- are read backwards from its end, not sorted out of all of it.
+CREATE INDEX items_cause ON {schema}.items (pipeline, stage, reason_class, reason_fingerprint, id)
+    INCLUDE (state, run_id) WHERE state IN ('dead', 'canceled');
 -- The console's error-group filter, in ID order (the first page).
 CREATE INDEX items_fingerprint ON {schema}.items (reason_fingerprint, id) WHERE reason_fingerprint IS NOT NULL;
 -- Failed attempts grouped by cause, from the index alone.
