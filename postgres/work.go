@@ -20,11 +20,20 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 		return []redrive.Enqueued{}, nil
 	}
 	var out []redrive.Enqueued
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		var err error
-		out, err = s.enqueue(ctx, tx, req)
-		return err
-	})
+	var err error
+	if copyable(req) {
+		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			var err error
+			out, err = s.enqueue(ctx, tx, req)
+			return err
+		})
+	} else {
+		// One statement is its own transaction, notification included:
+		// one round trip where BEGIN and COMMIT would add two, which is
+		// most of an enqueue's latency (docs/BENCHMARKS.md, "Enqueue to
+		// start").
+		out, err = s.enqueueRows(ctx, s.pool, req)
+	}
 	if err != nil {
 		return nil, s.fail("enqueue", err)
 	}
@@ -48,8 +57,25 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 	if req.RunID == 0 || req.Pipeline == "" || req.Stage == "" {
 		return nil, errors.New("request needs RunID, Pipeline and Stage")
 	}
-	if len(req.Items) >= copyAfter && !slices.ContainsFunc(req.Items, func(it redrive.NewItem) bool { return it.Key != "" }) {
+	if copyable(req) {
 		return s.enqueueCopy(ctx, tx, req)
+	}
+	return s.enqueueRows(ctx, tx, req)
+}
+
+// copyable reports whether req is sent with COPY (see copyAfter).
+func copyable(req redrive.EnqueueRequest) bool {
+	return len(req.Items) >= copyAfter && !slices.ContainsFunc(req.Items, func(it redrive.NewItem) bool { return it.Key != "" })
+}
+
+// enqueueRows inserts req's items with one INSERT from arrays, which also
+// notifies listeners when it added pending items, so that outside a
+// transaction it is one statement and one round trip. Rows whose key
+// already existed are looked up afterwards: their insert waited for the
+// row's transaction to commit, so a new snapshot sees it.
+func (s *Store) enqueueRows(ctx context.Context, q querier, req redrive.EnqueueRequest) ([]redrive.Enqueued, error) {
+	if req.RunID == 0 || req.Pipeline == "" || req.Stage == "" {
+		return nil, errors.New("request needs RunID, Pipeline and Stage")
 	}
 	n := len(req.Items)
 	keys := make([]*string, n)
@@ -76,7 +102,7 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 	}
 	// IDs are drawn before the insert so that each input row knows its
 	// ID; rows that hit an existing key waste theirs.
-	rows, err := tx.Query(ctx, `WITH input AS MATERIALIZED (
+	rows, err := q.Query(ctx, `WITH input AS MATERIALIZED (
 		SELECT nextval($9::regclass) AS id, u.k, u.p, u.pr, u.inv, u.oa, u.fp, u.ord
 		FROM unnest($1::text[], $2::bytea[], $3::int[], $4::text[], $11::timestamptz[], $12::text[]) WITH ORDINALITY AS u(k, p, pr, inv, oa, fp, ord)),
 	ins AS (
@@ -93,16 +119,18 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 			CASE WHEN inv <> '' THEN fp END
 		FROM input ORDER BY ord
 		ON CONFLICT (pipeline, key) WHERE key IS NOT NULL DO NOTHING
-		RETURNING id)
-	SELECT input.id, ins.id IS NOT NULL FROM input LEFT JOIN ins ON ins.id = input.id ORDER BY input.ord`,
+		RETURNING id, state),
+	notified AS (SELECT pg_notify($13, '') FROM (SELECT 1 FROM ins WHERE state = 'pending' LIMIT 1) p)
+	SELECT input.id, ins.id IS NOT NULL FROM input LEFT JOIN ins ON ins.id = input.id
+	WHERE (SELECT count(*) FROM notified) >= 0
+	ORDER BY input.ord`,
 		keys, payloads, prios, invalid, req.RunID, req.Pipeline, req.Stage, req.Now,
-		s.q+".items_id_seq", redrive.ClassInvalidInput, orders, fps)
+		s.q+".items_id_seq", redrive.ClassInvalidInput, orders, fps, s.channel)
 	if err != nil {
 		return nil, err
 	}
 	out := make([]redrive.Enqueued, 0, n)
 	var missing []string
-	pending := false
 	for rows.Next() {
 		var id int64
 		var inserted bool
@@ -113,7 +141,6 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 		i := len(out)
 		if inserted {
 			out = append(out, redrive.Enqueued{ID: id})
-			pending = pending || req.Items[i].Invalid == ""
 		} else {
 			out = append(out, redrive.Enqueued{Existing: true})
 			missing = append(missing, req.Items[i].Key)
@@ -126,7 +153,7 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 		return nil, fmt.Errorf("inserted %d rows of %d", len(out), n)
 	}
 	if len(missing) > 0 {
-		rows, err := tx.Query(ctx, `SELECT key, id FROM `+s.q+`.items WHERE pipeline = $1 AND key = ANY($2::text[])`,
+		rows, err := q.Query(ctx, `SELECT key, id FROM `+s.q+`.items WHERE pipeline = $1 AND key = ANY($2::text[])`,
 			req.Pipeline, missing)
 		if err != nil {
 			return nil, err
@@ -145,11 +172,6 @@ func (s *Store) enqueue(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReque
 				}
 				out[i].ID = id
 			}
-		}
-	}
-	if pending {
-		if _, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel); err != nil {
-			return nil, err
 		}
 	}
 	return out, nil
@@ -504,12 +526,22 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 		failed                                    []int32
 		aHashes, rFPs, aFPs                       []string
 	)
-	for i := range cs {
+	// In item ID order, the order in which the statement locks the items
+	// (see completePlan); ords keeps the completions' own order for their
+	// attempts.
+	order := make([]int, len(cs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(cs[x].ItemID, cs[y].ItemID) })
+	var ords []int32
+	for _, i := range order {
 		c := &cs[i]
 		if _, dup := idx[ref{c.ItemID, c.Token}]; dup {
 			continue
 		}
 		idx[ref{c.ItemID, c.Token}] = i
+		ords = append(ords, int32(i))
 		ids = append(ids, c.ItemID)
 		tokens = append(tokens, c.Token)
 		states = append(states, string(c.State))
@@ -575,8 +607,9 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	// are inserted without a second join; a completion that moves the item
 	// on a stage also stores that stage and its input (the item's new
 	// payload) on its attempt, for RedriveFrom (see migration 0010).
-	rows, err := s.pool.Query(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
-	upd AS (
+	b := &pgx.Batch{}
+	b.Queue(completePlan)
+	b.Queue(`WITH upd AS (
 		UPDATE `+s.q+`.items i SET state = u.state, stage_index = u.stage_index, stage = u.stage,
 			attempt = u.attempt, rate_limit_waits = u.rlw,
 			next_at = CASE WHEN u.state = 'pending' THEN u.next_at ELSE i.next_at END,
@@ -594,12 +627,11 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 			$8::timestamptz[], $9::bytea[], $10::timestamptz[], $11::bool[], $12::text[], $13::text[], $14::text[],
 			$15::int[], $16::timestamptz[], $17::text[], $18::int[], $19::int[], $20::text[], $21::text[], $22::text[],
 			$23::timestamptz[], $24::timestamptz[], $25::bigint[], $26::bigint[], $27::bigint[], $28::text[],
-			$29::int[], $30::text[], $31::text[], $32::text[]) WITH ORDINALITY
+			$29::int[], $30::text[], $31::text[], $32::text[], $33::int[])
 		AS u(id, token, state, stage_index, stage, attempt, rlw, next_at, payload, now, r_has, r_stage, r_class, r_error,
 			r_attempts, r_at, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error, a_started, a_finished, a_delay,
 			a_item, a_run, a_pipeline, failed, a_hash, r_fp, a_fp, ord)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1
-			AND `+lockedFirst+`
 		RETURNING i.id, u.token, u.ord, coalesce(nullif(u.a_item, 0), i.id) AS a_item, coalesce(nullif(u.a_run, 0), i.run_id) AS a_run,
 			coalesce(nullif(u.a_pipeline, ''), i.pipeline) AS a_pipeline, u.a_stage, u.a_stage_index, u.a_number, u.a_outcome,
 			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay, u.a_hash,
@@ -616,8 +648,16 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	SELECT id, token FROM upd`,
 		ids, tokens, states, stageIdx, stages, attempts, rlws, nextAts, payloads, nows, rHas, rStages, rClasses, rErrs,
 		rAttempts, rAts, aStages, aIdx, aNumbers, aOutcomes, aClasses, aErrs, aStarted, aFinished, delays, aItems, aRuns, aPipelines,
-		failed, aHashes, rFPs, aFPs)
+		failed, aHashes, rFPs, aFPs, ords)
+	// A batch is one implicit transaction: the settings end with it.
+	br := s.pool.SendBatch(ctx, b)
+	if _, err := br.Exec(); err != nil {
+		br.Close()
+		return nil, s.fail("complete", err)
+	}
+	rows, err := br.Query()
 	if err != nil {
+		br.Close()
 		return nil, s.fail("complete", err)
 	}
 	var r ref
@@ -627,6 +667,9 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 		}
 		return nil
 	})
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
 	if err != nil {
 		return nil, s.fail("complete", err)
 	}
@@ -635,6 +678,17 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	}
 	return applied, nil
 }
+
+// completePlan are the planner settings of a completion (see Complete):
+// with hash and merge joins, sequential and bitmap scans off, the only
+// plans left join the completions, sent in item ID order, to items_pkey
+// in a nested loop, so the UPDATE locks the items in ID order as it goes,
+// the order in which heartbeats and releases lock them (see lockLeased),
+// and no two of them can deadlock. This saves locking every item in a
+// pass of its own first, which cost a WAL record per item
+// (docs/BENCHMARKS.md, "PostgreSQL against its limits").
+const completePlan = `SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // foldEvery is how many Complete calls pass between two foldCounts.
 const foldEvery = 32

@@ -111,6 +111,17 @@ afterwards, unless --pg-schema is given.`,
 			switch shape {
 			case shapeRealWorker:
 				return runRealWorker(ctx, store, stages, workers, batch, real.FailPercent)
+			case shapeStart:
+				r, err := runStartBench(ctx, store, real.Probes)
+				if err != nil {
+					return err
+				}
+				r.Store = redactURL(url)
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), r)
+				}
+				printStart(cmd.OutOrStdout(), r)
+				return nil
 			case shapeReal:
 				real.Items, real.Stages, real.Workers, real.Batch = items, stages, workers, batch
 				real.Waiting = int(float64(items) * waiting)
@@ -140,7 +151,7 @@ afterwards, unless --pg-schema is given.`,
 				return nil
 			}
 			if rounds > 1 {
-				rs, err := runRounds(ctx, store, rounds, items, stages, workers, batch)
+				rs, err := runRounds(ctx, store, url, schema, cmd.ErrOrStderr(), rounds, items, stages, workers, batch)
 				if err != nil {
 					return err
 				}
@@ -186,8 +197,9 @@ afterwards, unless --pg-schema is given.`,
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
 	cmd.Flags().StringVar(&shape, "shape", shapeNoop, "what to measure: "+shapeNoop+" (a no-op pipeline), "+shapeBacklog+
-		" (claim latency with items waiting on a backoff, against due items only) or "+shapeReal+
-		" (payloads, stages, failures, a waiting backlog, several processes)")
+		" (claim latency with items waiting on a backoff, against due items only), "+shapeReal+
+		" (payloads, stages, failures, a waiting backlog, several processes) or "+shapeStart+
+		" (enqueue-to-start of single items into an idle engine)")
 	cmd.Flags().Float64Var(&waiting, "waiting", 0.9, "--shape backlog and real: items waiting on a backoff, as a fraction of --items")
 	cmd.Flags().IntVar(&claimLimit, "claim-limit", 100, "--shape backlog: items per timed claim")
 	cmd.Flags().IntVar(&samples, "samples", 200, "--shape backlog: timed claims per measurement")
@@ -195,7 +207,7 @@ afterwards, unless --pg-schema is given.`,
 	cmd.Flags().IntVar(&real.Procs, "procs", 1, "--shape real: worker processes, this one included (PostgreSQL)")
 	cmd.Flags().IntVar(&real.Payload, "payload", 1024, "--shape real: payload bytes per item")
 	cmd.Flags().IntVar(&real.FailPercent, "fail-percent", 5, "--shape real: percentage of attempts that fail and are retried")
-	cmd.Flags().IntVar(&real.Probes, "probes", 200, "--shape real: single items enqueued into the idle engine to time enqueue-to-start")
+	cmd.Flags().IntVar(&real.Probes, "probes", 200, "--shape real and start: single items enqueued into the idle engine to time enqueue-to-start")
 	cmd.AddCommand(newBenchOverloadCmd(), newBenchOutageCmd())
 	return cmd
 }

@@ -19,7 +19,7 @@ const (
 // checkShape checks the flags of --shape.
 func checkShape(shape string, items int, waiting float64, limit, samples int) error {
 	switch shape {
-	case shapeNoop, shapeRealWorker:
+	case shapeNoop, shapeRealWorker, shapeStart:
 		return nil
 	case shapeReal:
 		if waiting < 0 {
@@ -28,7 +28,7 @@ func checkShape(shape string, items int, waiting float64, limit, samples int) er
 		return nil
 	case shapeBacklog:
 	default:
-		return flagErrorf("shape", "--shape must be %s, %s or %s, not %q", shapeNoop, shapeBacklog, shapeReal, shape)
+		return flagErrorf("shape", "--shape must be %s, %s, %s or %s, not %q", shapeNoop, shapeBacklog, shapeReal, shapeStart, shape)
 	}
 	if waiting <= 0 || waiting >= 1 {
 		return flagErrorf("waiting", "--waiting must be between 0 and 1 (exclusive), not %g", waiting)

@@ -12,15 +12,17 @@ import (
 // roundsResult is what `redrive bench --rounds N` measured: the no-op
 // benchmark repeated on one store whose succeeded items retention deletes
 // as they finish, so that the last round runs on a store that has worked
-// N × --items items.
+// N × --items items. A non-nil progress is told of each round as it ends.
 type roundsResult struct {
 	Rounds    []benchResult `json:"rounds"`
 	Processed int           `json:"items_processed"`
+	// Sizes is the database's size in bytes after each round (see dbSize).
+	Sizes []int64 `json:"db_bytes"`
 	// Ratio is the last round's work rate over the first round's.
 	Ratio float64 `json:"last_over_first"`
 }
 
-func runRounds(ctx context.Context, store redrive.Store, rounds, items, stages, workers, batch int) (roundsResult, error) {
+func runRounds(ctx context.Context, store redrive.Store, url, schema string, progress io.Writer, rounds, items, stages, workers, batch int) (roundsResult, error) {
 	var rs roundsResult
 	for range rounds {
 		r, err := runBench(ctx, store, items, stages, workers, batch, time.Nanosecond)
@@ -29,6 +31,14 @@ func runRounds(ctx context.Context, store redrive.Store, rounds, items, stages, 
 		}
 		rs.Rounds = append(rs.Rounds, r)
 		rs.Processed += items
+		size, err := dbSize(ctx, store, url, schema)
+		if err != nil {
+			return rs, err
+		}
+		rs.Sizes = append(rs.Sizes, size)
+		if progress != nil {
+			printRound(progress, len(rs.Rounds)-1, r, size)
+		}
 	}
 	rs.Ratio = rs.Rounds[len(rs.Rounds)-1].ItemsPerSecond / rs.Rounds[0].ItemsPerSecond
 	return rs, nil
@@ -37,8 +47,12 @@ func runRounds(ctx context.Context, store redrive.Store, rounds, items, stages, 
 func printRounds(w io.Writer, store string, rs roundsResult) {
 	fmt.Fprintf(w, "store              %s\n", store)
 	for i, r := range rs.Rounds {
-		fmt.Fprintf(w, "round %-3d          insert %.0f items/s  work %.0f items/s  %.0f stage completions/s\n",
-			i+1, r.InsertPerSecond, r.ItemsPerSecond, r.StageCompletionsPS)
+		printRound(w, i, r, rs.Sizes[i])
 	}
 	fmt.Fprintf(w, "processed          %d items; last round / first round: %.2f\n", rs.Processed, rs.Ratio)
+}
+
+func printRound(w io.Writer, i int, r benchResult, size int64) {
+	fmt.Fprintf(w, "round %-3d          insert %.0f items/s  work %.0f items/s  %.0f stage completions/s  database %.1f MB\n",
+		i+1, r.InsertPerSecond, r.ItemsPerSecond, r.StageCompletionsPS, float64(size)/1e6)
 }
