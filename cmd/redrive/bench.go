@@ -268,7 +268,16 @@ func runBench(ctx context.Context, store redrive.Store, items, stages, workers, 
 	res.StageCompletionsPS = float64(total) / res.WorkSeconds
 	wctx, cancel := context.WithTimeout(ctx, time.Minute)
 	defer cancel()
-	r, err := client.WaitRun(wctx, run.ID)
+	var r redrive.Run
+	if retention > 0 {
+		// Every stage completion was counted above. Retention may delete
+		// the run's last items before the engine sees that none is left,
+		// and a run with no items is taken for one still being filled and
+		// never finished: read the counts instead of waiting for a status.
+		r, err = store.GetRun(wctx, run.ID)
+	} else {
+		r, err = client.WaitRun(wctx, run.ID)
+	}
 	if stopErr := client.Stop(context.Background()); err == nil {
 		err = stopErr
 	}
@@ -276,8 +285,10 @@ func runBench(ctx context.Context, store redrive.Store, items, stages, workers, 
 		return res, err
 	}
 	if retention > 0 {
-		// Retention deleted succeeded items as they finished; every
-		// stage completion was counted above.
+		// Retention deleted succeeded items as they finished.
+		if left := r.Counts.Total - r.Counts.Succeeded; left != 0 {
+			return res, fmt.Errorf("bench: %d items of the run did not succeed: %+v", left, r.Counts)
+		}
 		r.Counts.Succeeded += items - r.Counts.Total
 	}
 	if r.Counts.Succeeded != items {

@@ -33,6 +33,7 @@ type startResult struct {
 	CommittedP99 float64 `json:"committed_p99_ms"`
 	// Notified is from Enqueue's return until the engine heard the
 	// notification (PostgreSQL only).
+	Notified    int     `json:"notified"` // probes whose notification was heard
 	NotifiedP50 float64 `json:"notified_p50_ms,omitempty"`
 	NotifiedP99 float64 `json:"notified_p99_ms,omitempty"`
 	// Claim is how long the store's Claim took for the claims that
@@ -160,6 +161,7 @@ func runStartBench(ctx context.Context, store redrive.Store, probes int) (startR
 	res.EnqueueP50, _, res.EnqueueP99 = percentiles(enq)
 	res.StartP50, _, res.StartP99 = percentiles(start)
 	res.CommittedP50, _, res.CommittedP99 = percentiles(committed)
+	res.Notified = len(notified)
 	res.NotifiedP50, _, res.NotifiedP99 = percentiles(notified)
 	hs.mu.Lock()
 	res.ClaimP50, _, res.ClaimP99 = percentiles(hs.ds)

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"encoding/json"
+	"strings"
+	"testing"
+
+	"github.com/redrive/redrive/internal/pgtest"
+)
+
+// bench --shape start times every probe into an idle engine; on
+// PostgreSQL the engine hears of each by a notification, so the time from
+// the commit to the notification is measured too.
+func TestBenchStart(t *testing.T) {
+	t.Parallel()
+	check := func(t *testing.T, args []string, notified bool) {
+		r := runCLI(t, nil, append(args, "bench", "--shape", "start", "--probes", "8", "--json")...)
+		if r.code != 0 {
+			t.Fatalf("bench --shape start: %v", r)
+		}
+		var res startResult
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+			t.Fatalf("%v: %s", err, r.stdout)
+		}
+		if res.Probes != 8 || res.StartP50 <= 0 || res.StartP99 < res.StartP50 || res.EnqueueP50 <= 0 || res.ClaimP50 <= 0 {
+			t.Errorf("result: %+v", res)
+		}
+		if res.StartP50 < res.CommittedP50 {
+			t.Errorf("enqueue-to-start p50 %.2f ms is below commit-to-start p50 %.2f ms", res.StartP50, res.CommittedP50)
+		}
+		if want := map[bool]int{true: 8, false: 0}[notified]; res.Notified != want {
+			t.Errorf("%d probes were notified, want %d", res.Notified, want)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		t.Parallel()
+		check(t, nil, false)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		t.Parallel()
+		url, _ := pgtest.NewSchema(t)
+		check(t, []string{"--db", url}, true)
+	})
+}
+
+// bench --rounds reports every round with the database's size.
+func TestBenchRoundsSize(t *testing.T) {
+	t.Parallel()
+	r := runCLI(t, nil, "bench", "--items", "200", "--rounds", "2", "--workers", "4", "--batch", "50", "--json")
+	if r.code != 0 {
+		t.Fatalf("bench --rounds: %v", r)
+	}
+	var rs roundsResult
+	if err := json.Unmarshal([]byte(r.stdout), &rs); err != nil {
+		t.Fatalf("%v: %s", err, r.stdout)
+	}
+	if len(rs.Rounds) != 2 || len(rs.Sizes) != 2 || rs.Processed != 400 || rs.Sizes[0] <= 0 || rs.Sizes[1] <= 0 {
+		t.Errorf("result: %+v", rs)
+	}
+	if n := strings.Count(r.stderr, "database "); n != 2 {
+		t.Errorf("progress reported %d rounds, want 2:\n%s", n, r.stderr)
+	}
+}
