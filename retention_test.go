@@ -32,9 +32,14 @@ func TestRetentionDeletesOldSucceeded(t *testing.T) {
 		clock.add(2 * time.Hour)
 		// Five items in batches of two: one pass deletes them all.
 		waitFor(t, "succeeded items past retention deleted", func() bool {
-			r, _ := s.GetRun(context.Background(), run.ID)
-			return r.Counts.Total == 0
+			n, err := s.Count(context.Background(), redrive.ItemFilter{RunID: run.ID})
+			return err == nil && n == 0
 		})
+		// The run still counts them: its counts are its history.
+		r, err := s.GetRun(context.Background(), run.ID)
+		if err != nil || r.Counts != (redrive.Counts{Total: 5, Succeeded: 5}) || r.Status != redrive.RunCompleted {
+			t.Fatalf("run after retention = %+v, %v; want 5 succeeded, completed", r, err)
+		}
 	})
 }
 

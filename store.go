@@ -107,7 +107,8 @@ type Store interface {
 	// Count counts the items selected by f.
 	Count(ctx context.Context, f ItemFilter) (int, error)
 	// DeleteSucceeded deletes succeeded items last updated before t, with
-	// their attempts, at most limit of them, and returns how many.
+	// their attempts, at most limit of them, and returns how many. Their
+	// runs keep counting them as succeeded: a run's counts do not change.
 	DeleteSucceeded(ctx context.Context, before time.Time, limit int) (int, error)
 	// DeleteFinishedRuns deletes the runs that finished (any status but
 	// running) before t: at most limit of their finished items (succeeded,

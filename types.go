@@ -157,6 +157,7 @@ type Counts struct {
 	Dead      int `json:"dead"`
 	Canceled  int `json:"canceled"`
 	// Purged counts the dead and canceled items deleted by Purge.
+	// Succeeded items deleted by retention stay in Succeeded.
 	Purged int `json:"purged"`
 }
 

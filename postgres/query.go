@@ -352,7 +352,10 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 	}
 	var a args
 	// Rows another process is deleting are skipped, not waited for.
-	n, err := s.deleteItems(ctx, `DELETE FROM `+s.q+`.items WHERE state = 'succeeded' AND id = ANY(ARRAY(
+	// The runs keep counting what retention deletes (migration 0016): the
+	// statement's transaction sets redrive.counts_unchanged, which the
+	// delete trigger of run_counts skips.
+	n, err := s.deleteItems(ctx, `DELETE FROM `+s.q+`.items WHERE state = 'succeeded' AND `+countsUnchanged+` AND id = ANY(ARRAY(
 		SELECT id FROM `+s.q+`.items WHERE state = 'succeeded' AND updated_at < `+a.add(before)+`
 		ORDER BY id`+limitClause(&a, limit)+` FOR UPDATE SKIP LOCKED))`, a)
 	if err != nil {

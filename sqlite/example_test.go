@@ -109,4 +109,5 @@ func ExampleStore_MigrationStatus() {
 	// 0009 outbox applied: true
 	// 0010 triggers applied: true
 	// 0014 fingerprints applied: true
+	// 0016 retained applied: true
 }

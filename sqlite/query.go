@@ -462,7 +462,7 @@ func (s *Store) Purge(ctx context.Context, f redrive.ItemFilter) (int, error) {
 }
 
 // deleteItems deletes the items whose IDs sel selects, and their attempts.
-func deleteItems(ctx context.Context, tx *sql.Tx, sel string, args []any) (int, error) {
+func deleteItems(ctx context.Context, tx *sql.Tx, sel string, args []any, after ...func(context.Context, *sql.Tx) error) (int, error) {
 	if _, err := tx.ExecContext(ctx, `CREATE TEMP TABLE IF NOT EXISTS doomed (id INTEGER PRIMARY KEY)`); err != nil {
 		return 0, err
 	}
@@ -477,6 +477,11 @@ func deleteItems(ctx context.Context, tx *sql.Tx, sel string, args []any) (int, 
 	if err != nil {
 		return 0, err
 	}
+	for _, f := range after {
+		if err := f(ctx, tx); err != nil {
+			return 0, err
+		}
+	}
 	if _, err := tx.ExecContext(ctx, `DELETE FROM attempts WHERE item_id IN (SELECT id FROM temp.doomed)`); err != nil {
 		return 0, err
 	}
@@ -487,6 +492,16 @@ func deleteItems(ctx context.Context, tx *sql.Tx, sel string, args []any) (int, 
 		return 0, err
 	}
 	return int(n), nil
+}
+
+// keepCounted adds the succeeded items about to be deleted (temp.doomed) to
+// their runs' retained counts, so that retention leaves a run's counts as
+// they were (migration 0016).
+func keepCounted(ctx context.Context, tx *sql.Tx) error {
+	_, err := tx.ExecContext(ctx, `UPDATE runs SET retained = retained + d.n
+		FROM (SELECT run_id, COUNT(*) AS n FROM items WHERE id IN (SELECT id FROM temp.doomed) GROUP BY run_id) AS d
+		WHERE runs.id = d.run_id`)
+	return err
 }
 
 // Count counts the items selected by f.
@@ -518,7 +533,7 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 		var err error
 		n, err = deleteItems(ctx, tx, `SELECT id FROM items INDEXED BY items_succeeded_updated
 			WHERE state = 'succeeded' AND updated_at < ? ORDER BY updated_at`+limitClause(limit),
-			[]any{tnz(before)})
+			[]any{tnz(before)}, keepCounted)
 		return err
 	})
 	if err == nil {

@@ -87,12 +87,14 @@ func (s *Store) CreateRun(ctx context.Context, p string, opts redrive.RunOptions
 	return run, created, nil
 }
 
-// runCounts counts a run's items by state, and its purged items, which the
-// run keeps counting (see redrive.Counts).
+// runCounts counts a run's items by state, its purged items and the
+// succeeded items that retention deleted, which the run keeps counting (see
+// redrive.Counts).
 func runCounts(ctx context.Context, q queryer, id int64) (redrive.Counts, error) {
 	var c redrive.Counts
 	rows, err := q.QueryContext(ctx, `SELECT state, COUNT(*) FROM items WHERE run_id = ? GROUP BY state
-		UNION ALL SELECT 'purged', purged FROM runs WHERE id = ? AND purged > 0`, id, id)
+		UNION ALL SELECT 'purged', purged FROM runs WHERE id = ? AND purged > 0
+		UNION ALL SELECT 'retained', retained FROM runs WHERE id = ? AND retained > 0`, id, id, id)
 	if err != nil {
 		return c, err
 	}
@@ -103,10 +105,13 @@ func runCounts(ctx context.Context, q queryer, id int64) (redrive.Counts, error)
 		if err := rows.Scan(&st, &n); err != nil {
 			return c, err
 		}
-		if st == "purged" {
+		switch st {
+		case "purged":
 			c.Purged += n
 			c.Total += n
 			continue
+		case "retained":
+			st = string(redrive.StateSucceeded)
 		}
 		c.Add(redrive.State(st), n)
 	}

@@ -1710,9 +1710,15 @@ func testDeleteSucceeded(h *h) {
 	if n, err := h.s.DeleteSucceeded(h.ctx, at(time.Hour), 0); err != nil || n != 2 {
 		h.Errorf("DeleteSucceeded(no limit) = %d, %v; want 2", n, err)
 	}
+	// The run's counts are its history: the deleted items stay counted as
+	// succeeded, and the run's live rows are the two others.
 	c := h.getRun(r.ID).Counts
-	if c != (redrive.Counts{Total: 2, Dead: 1, Running: 1}) {
-		h.Errorf("counts = %+v", c)
+	checkCounts(h, c)
+	if c != (redrive.Counts{Total: 6, Succeeded: 4, Dead: 1, Running: 1}) {
+		h.Errorf("counts = %+v, want the 4 deleted items still counted as succeeded", c)
+	}
+	if n, err := h.s.Count(h.ctx, redrive.ItemFilter{RunID: r.ID}); err != nil || n != 2 {
+		h.Errorf("items left = %d, %v; want 2", n, err)
 	}
 }
 
