@@ -54,9 +54,13 @@ func (r RateLimit) validate() error {
 // defaultBreaker is the outage pause of a stage without a Breaker: 20 dependency
 // failures in a row (more than the calls a client has in flight, so that a stage
 // whose items fail on their own rarely trips it) pause the stage, which probes again
-// after 1 s.
+// every second while the outage lasts. The period does not back off as
+// retry.Breaker's default does: a probe is one call a second against the stage's
+// whole backlog, and a backed-off period (1, 2, 4, 8 s ...) is the time a
+// recovered dependency goes unused: 6 s after a 10 s outage, where a constant
+// second costs at most one.
 func defaultBreaker() *retry.Breaker {
-	return retry.NewBreaker(retry.BreakerOptions{ConsecutiveFailures: 20, OpenFor: time.Second})
+	return retry.NewBreaker(retry.BreakerOptions{ConsecutiveFailures: 20, OpenFor: time.Second, MaxOpenFor: time.Second})
 }
 
 // flow is the flow control of one dependency: the stages that name it share its pace,

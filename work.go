@@ -110,11 +110,25 @@ func (e *engine) attempt(t *task) {
 		o = classify(st.Policy, err)
 	}
 	if br != nil {
-		if o.Class == retry.ClassRateLimited {
+		paused := br.State() != retry.BreakerClosed // one atomic load when closed
+		answered := err == nil || o.Class == retry.ClassRateLimited
+		if answered {
 			// The dependency answered: its rate is the flow's business.
 			br.Record(nil)
 		} else {
 			br.Record(err)
+		}
+		if answered && paused {
+			// The dependency is back. A call under way when the breaker
+			// opened got through: close it, rather than ignore the success
+			// and wait for the next probe. Once closed (by that or by a
+			// probe), claim at once rather than at the next poll.
+			if br.State() == retry.BreakerOpen {
+				br.Reset()
+			}
+			if br.State() == retry.BreakerClosed {
+				e.wake()
+			}
 		}
 	}
 	e.settle(t, err, o, end)

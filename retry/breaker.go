@@ -283,6 +283,20 @@ func (b *Breaker) failureLocked(now time.Time) transition {
 	return transition{BreakerClosed, BreakerClosed}
 }
 
+// Reset closes the breaker now, as enough successful probes do, and starts its next
+// open period from OpenFor again. It is for a caller that has seen the dependency answer
+// while the breaker was open or half-open, such as a call that was already under way when
+// the breaker opened: waiting for the next probe would only delay the recovery.
+func (b *Breaker) Reset() {
+	b.mu.Lock()
+	t := transition{b.load(), BreakerClosed}
+	if t.from != BreakerClosed {
+		t = b.setLocked(BreakerClosed, b.o.Now())
+	}
+	b.mu.Unlock()
+	b.report(t)
+}
+
 // State returns the current state, performing the open→half-open transition when due.
 func (b *Breaker) State() BreakerState {
 	if s := b.load(); s == BreakerClosed {

@@ -274,3 +274,36 @@ func TestBreakerBacksOff(t *testing.T) {
 		t.Fatalf("OpenFor above the default MaxOpenFor: MaxOpenFor %v, want 1m", o.MaxOpenFor)
 	}
 }
+
+// TestBreakerReset: Reset closes an open breaker at once, reports the change, and the
+// next outage's open period starts from OpenFor again.
+func TestBreakerReset(t *testing.T) {
+	c := newClock()
+	var changes []string
+	b := NewBreaker(BreakerOptions{ConsecutiveFailures: 1, Now: c.now,
+		OnStateChange: func(from, to BreakerState) { changes = append(changes, trans(from, to)) }})
+	errBoom := errors.New("boom")
+	b.Record(errBoom)
+	c.add(time.Second)
+	if err := b.Allow(); err != nil {
+		t.Fatal(err)
+	}
+	b.Record(errBoom) // the probe failed: open for 2s
+	if b.State() != BreakerOpen {
+		t.Fatalf("state %v, want open", b.State())
+	}
+	b.Reset()
+	if b.State() != BreakerClosed || b.Allow() != nil {
+		t.Fatalf("state %v after Reset, want closed", b.State())
+	}
+	b.Reset() // closed already: no change reported
+	b.Record(errBoom)
+	c.add(time.Second)
+	if b.State() != BreakerHalfOpen {
+		t.Fatalf("state %v 1s after opening again, want half_open (the period starts from OpenFor)", b.State())
+	}
+	want := []string{"closed->open", "open->half_open", "half_open->open", "open->closed", "closed->open", "open->half_open"}
+	if fmt.Sprint(changes) != fmt.Sprint(want) {
+		t.Fatalf("changes %v, want %v", changes, want)
+	}
+}

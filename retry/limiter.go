@@ -294,8 +294,9 @@ func (p Permit) PushBack() bool {
 		return false
 	}
 	now := l.o.Now().UnixNano()
+	var last int64
 	for {
-		last := l.lastCut.Load()
+		last = l.lastCut.Load()
 		if p.start < last {
 			// Started before the last drop: that drop already answered it.
 			if p.slow {
@@ -308,6 +309,7 @@ func (p Permit) PushBack() bool {
 		}
 	}
 	r := l.Rate()
+	cycle := !l.slow.Load() && last != 0 && now-last >= int64(cycleMin)
 	if l.slow.Load() {
 		// Slow start ends at the rate the dependency delivered: the successes of the
 		// last second, which also counts a burst it let through. With hardly any
@@ -334,10 +336,27 @@ func (p Permit) PushBack() bool {
 		l.signal()
 	}
 	r = min(r, l.ceiling)
+	nr := r * l.decrease
+	if cycle {
+		// What the dependency delivered since the last push back is its rate over
+		// the whole cycle (a token bucket refills while the gate is closed and
+		// empties again), where the rate that was pushed back only bounds it: slow
+		// start's first estimate counts the bucket's burst as rate, and cutting 30 %
+		// at a time from there sent a burst above the limit after every Retry-After.
+		if c := l.succ.rateSince(last, now); c < r {
+			r = max(c, l.floor)
+			nr = min(nr, r)
+		}
+	}
 	l.peak.Store(math.Float64bits(r))
-	l.setRate(r * l.decrease)
+	l.setRate(nr)
 	return true
 }
+
+// cycleMin is the shortest time between two push backs over which the successes tell
+// the dependency's rate: shorter, and a few calls more or less change the estimate by
+// more than the cut.
+const cycleMin = time.Second
 
 // Done reports a result that says nothing about the dependency's capacity (an invalid
 // input, a call that was abandoned before it went out).
@@ -371,11 +390,11 @@ func (l *Limiter) PauseUntil(t time.Time) {
 	}
 }
 
-// successRing counts successes over the last second in ten 100 ms buckets. A bucket
+// successRing counts successes over the last five seconds in 100 ms buckets. A bucket
 // being reset while another goroutine adds to it may lose that count: the ring is an
 // estimate, kept lock-free for the success path.
 type successRing struct {
-	b [10]struct{ epoch, n atomic.Int64 }
+	b [50]struct{ epoch, n atomic.Int64 }
 }
 
 const ringBucket = int64(100 * time.Millisecond)
@@ -389,14 +408,35 @@ func (r *successRing) add(now int64) {
 	bk.n.Add(1)
 }
 
+// sum returns the successes of the last second.
 func (r *successRing) sum(now int64) int64 {
+	return r.count(now-int64(time.Second)+ringBucket, now)
+}
+
+// count returns the successes in the buckets from the one holding from to the one
+// holding now, at most the ring's length back.
+func (r *successRing) count(from, now int64) int64 {
 	e := now/ringBucket + 1
+	e0 := max(from/ringBucket+1, e-int64(len(r.b))+1)
 	var s int64
 	for i := range r.b {
 		bk := &r.b[i]
-		if ep := bk.epoch.Load(); ep > e-int64(len(r.b)) && ep <= e {
+		if ep := bk.epoch.Load(); ep >= e0 && ep <= e {
 			s += bk.n.Load()
 		}
 	}
 	return s
+}
+
+// rateSince returns the successes per second from the bucket after the one holding
+// from (which holds successes from before it too) to now, at most the ring's length
+// back.
+func (r *successRing) rateSince(from, now int64) float64 {
+	e := now/ringBucket + 1
+	e0 := max(from/ringBucket+2, e-int64(len(r.b))+1)
+	begin := (e0 - 1) * ringBucket
+	if now <= begin {
+		return math.Inf(1)
+	}
+	return float64(r.count(begin, now)) * float64(time.Second) / float64(now-begin)
 }

@@ -335,3 +335,56 @@ func TestLimiterAgainstTokenBucket(t *testing.T) {
 		t.Errorf("%d calls refused for %d that succeeded", limited, succeeded)
 	}
 }
+
+// TestLimiterCycleFindsRate: slow start's first estimate counts a token bucket's burst
+// as rate (50 successes in 100 ms: 350/s after the cut, against a limit of 50/s). The
+// next push back, a Retry-After of 1 s later, takes what the bucket delivered over that
+// cycle instead: about 50/s, so the cycles after it stay near the limit instead of
+// sending a burst above it after every Retry-After.
+func TestLimiterCycleFindsRate(t *testing.T) {
+	const rate, burst = 50.0, 50.0
+	c := newLimClock()
+	l := NewLimiter(LimiterOptions{Now: c.now})
+	tokens, last := burst, c.now()
+	l.first.Store(last.UnixNano())
+	call := func() bool {
+		now := c.now()
+		tokens = math.Min(burst, tokens+now.Sub(last).Seconds()*rate)
+		last = now
+		p := Permit{l: l, start: now.UnixNano(), slow: l.SlowStart()}
+		if tokens < 1 {
+			p.PushBack()
+			return false
+		}
+		tokens--
+		if p.slow {
+			l.inflight.Add(1)
+		}
+		p.Success()
+		return true
+	}
+	for call() {
+		c.add(2 * time.Millisecond)
+	}
+	if l.SlowStart() || l.Rate() < 5*rate {
+		t.Fatalf("slow start ended at %.0f/s; the test wants an estimate inflated by the burst", l.Rate())
+	}
+	var rates []float64
+	for range 6 {
+		c.add(time.Second) // the Retry-After
+		end := c.now().Add(5 * time.Second)
+		for call() && c.now().Before(end) {
+			c.add(time.Duration(float64(time.Second) / l.Rate()))
+		}
+		rates = append(rates, l.Rate())
+	}
+	t.Logf("rates after each push back: %.0f", rates)
+	for i, r := range rates {
+		if r > 1.2*rate {
+			t.Fatalf("push back %d left the rate at %.0f/s, above the limit of %.0f/s: %.0f", i+2, r, rate, rates)
+		}
+		if r < 0.5*rate {
+			t.Fatalf("push back %d left the rate at %.0f/s, below half the limit: %.0f", i+2, r, rates)
+		}
+	}
+}

@@ -16,6 +16,7 @@ func newBenchOutageCmd() *cobra.Command {
 		o     loadbench.OutageOptions
 		m     loadbench.MetaOptions
 		parts string
+		trace bool
 	)
 	cmd := &cobra.Command{
 		Use:   "outage",
@@ -48,6 +49,9 @@ the last 8 s of 30.`,
 				}
 			}
 			o.Log, m.Log = cmd.ErrOrStderr(), cmd.ErrOrStderr()
+			if trace {
+				o.Trace = cmd.ErrOrStderr()
+			}
 			ctx, w := cmd.Context(), cmd.OutOrStdout()
 			fmt.Fprintf(w, "outage benchmark, %s UTC, outage %s after %s\n", time.Now().UTC().Format("2006-01-02 15:04"), o.Outage, o.Before)
 			if slices.Contains(sel, "stream") {
@@ -107,6 +111,7 @@ the last 8 s of 30.`,
 	f.IntVar(&o.Workers, "workers", 32, "workers draining the items")
 	f.DurationVar(&o.Latency, "latency", 200*time.Millisecond, "the drained server's time per successful request")
 	f.DurationVar(&o.Limit, "limit", 3*time.Minute, "time bound of one variant")
+	f.BoolVar(&trace, "trace", false, "write the drained engine's timeline (breaker changes, attempts per second, the server's windows around the recovery) to stderr")
 	f.DurationVar(&m.Duration, "meta-duration", 30*time.Second, "how long the metastability scenario issues requests")
 	return cmd
 }

@@ -18,6 +18,7 @@ func newBenchOverloadCmd() *cobra.Command {
 		variants string
 		pgURL    string
 		nginx    string
+		trace    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "overload",
@@ -65,6 +66,9 @@ By default every variant whose prerequisites exist runs: postgres needs
 			}
 			o.Nginx = nginx
 			o.Log = cmd.ErrOrStderr()
+			if trace {
+				o.Trace = cmd.ErrOrStderr()
+			}
 			start := time.Now().UTC()
 			rs, err := loadbench.Overload(cmd.Context(), o)
 			w := cmd.OutOrStdout()
@@ -83,6 +87,7 @@ By default every variant whose prerequisites exist runs: postgres needs
 	f.StringVar(&variants, "variants", "", "comma-separated variants to run (default: all whose prerequisites exist): "+strings.Join(loadbench.AllVariants, ","))
 	f.StringVar(&pgURL, "pg-url", "", "PostgreSQL URL of the postgres variant (default $REDRIVE_TEST_POSTGRES; a fresh schema is dropped afterwards)")
 	f.StringVar(&nginx, "nginx", "", "the nginx program of the nginx variants (default: nginx on PATH or /usr/sbin/nginx)")
+	f.BoolVar(&trace, "trace", false, "write every 100 ms window above 2 C, with its time relative to the 429s, to stderr")
 	cmd.AddCommand(newBenchOverloadWorkerCmd())
 	return cmd
 }

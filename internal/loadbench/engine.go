@@ -63,8 +63,9 @@ func Items(n int) []redrive.NewItem {
 }
 
 // runEngine works items with the Go engine on a fresh SQLite file, its handler calling
-// through a zero retryhttp.Transport shared by all workers.
-func runEngine(ctx context.Context, url string, items, workers int) (counts, error) {
+// through a zero retryhttp.Transport shared by all workers; observers, if any, receive
+// the engine's events.
+func runEngine(ctx context.Context, url string, items, workers int, observers ...func(redrive.Event)) (counts, error) {
 	dir, err := os.MkdirTemp("", "redrive-overload-")
 	if err != nil {
 		return counts{}, err
@@ -76,7 +77,7 @@ func runEngine(ctx context.Context, url string, items, workers int) (counts, err
 	}
 	defer store.Close()
 	hc := &http.Client{Transport: &retryhttp.Transport{}}
-	client := redrive.NewClient(store, redrive.Config{Workers: workers})
+	client := redrive.NewClient(store, redrive.Config{Workers: workers, Observers: observers})
 	if err := client.Register(Pipeline(hc, url)); err != nil {
 		return counts{}, err
 	}

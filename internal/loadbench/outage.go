@@ -35,6 +35,10 @@ type OutageOptions struct {
 	Limit time.Duration
 	// Log receives a line as each variant ends. Default nil: none.
 	Log io.Writer
+	// Trace, when not nil, receives the engine's timeline in the drain: breaker changes,
+	// attempts per second by outcome and the server's windows around the recovery.
+	// Default nil: none.
+	Trace io.Writer
 }
 
 func (o OutageOptions) withDefaults() OutageOptions {
@@ -262,7 +266,14 @@ func Drain(ctx context.Context, o OutageOptions) ([]DrainResult, error) {
 		start := time.Now()
 		url := srv.URL + "/v1/complete"
 		var c counts
-		if strings.HasPrefix(name, "engine") {
+		var tl *timeline
+		if o.Trace != nil {
+			tl = &timeline{w: o.Trace, start: srv.Rec.Start}
+			fmt.Fprintf(o.Trace, "%s: timeline (outage from %.1f s to %.1f s)\n", name, o.Before.Seconds(), (o.Before + o.Outage).Seconds())
+		}
+		if strings.HasPrefix(name, "engine") && tl != nil {
+			c, err = runEngine(vctx, url, o.Items, o.Workers, tl.observe())
+		} else if strings.HasPrefix(name, "engine") {
 			c, err = runEngine(vctx, url, o.Items, o.Workers)
 		} else {
 			c, err = runNaive(vctx, url, o.Items, o.Workers)
@@ -276,6 +287,10 @@ func Drain(ctx context.Context, o OutageOptions) ([]DrainResult, error) {
 			Unfinished: o.Items - c.succeeded - c.dead - c.canceled, Elapsed: time.Since(start)}
 		r.OutageItems, r.OutageCalls = srv.Rec.KeysBetween(o.Before, o.Before+o.Outage)
 		r.Rate, r.Recovery = recovery(srv.Rec.Windows(), srv.Rec.Width, o.Before, o.Before+o.Outage)
+		if tl != nil {
+			end := int((o.Before + o.Outage) / srv.Rec.Width)
+			tl.windows(srv.Rec.Windows(), srv.Rec.Width, end-5, end+int((r.Recovery+2*time.Second)/srv.Rec.Width))
+		}
 		fmt.Fprintf(o.Log, "%s: drain, %s: %d dead, %.2f calls per item in the outage\n", time.Now().UTC().Format("15:04:05"), name, r.Dead, r.CallsPerItem())
 		out = append(out, r)
 	}

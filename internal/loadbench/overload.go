@@ -63,6 +63,9 @@ type OverloadOptions struct {
 	Nginx string
 	// Log receives a line as each variant starts and ends. Default nil: none.
 	Log io.Writer
+	// Trace, when not nil, receives every 100 ms window above 2 C with its time relative
+	// to the 429s (TraceBursts). Default nil: none.
+	Trace io.Writer
 }
 
 func (o OverloadOptions) withDefaults() OverloadOptions {
@@ -122,6 +125,9 @@ func Overload(ctx context.Context, o OverloadOptions) ([]Result, error) {
 		}
 		fmt.Fprintf(o.Log, "%s: %s: %d succeeded, %d dead, %d unfinished, %d requests in %.1f s\n",
 			time.Now().UTC().Format("15:04:05"), v, r.Succeeded, r.Dead, r.Unfinished, r.Requests(), r.Elapsed.Seconds())
+		if o.Trace != nil {
+			TraceBursts(o.Trace, r, 2)
+		}
 		out = append(out, r)
 	}
 	return out, nil

@@ -121,12 +121,17 @@ func (f *flow) record(p retry.Permit, probe bool, s signal, retryAfter time.Dura
 			f.notify()
 		}
 	case sigPushback:
-		p.PushBack()
+		cut := p.PushBack()
 		f.failures = 0
 		pause := retryAfter
 		if pause <= 0 {
-			pause = min(flowFirstPause<<min(f.limitedRun, 16), flowMaxPause)
-			f.limitedRun++
+			if cut {
+				// One more round refused: the calls of one round answered
+				// together (15 429s to one burst) double the pause once, not
+				// 15 times, which stalled the host for 10 s.
+				f.limitedRun++
+			}
+			pause = min(flowFirstPause<<min(max(f.limitedRun-1, 0), 16), flowMaxPause)
 		}
 		until := time.Now().Add(pause)
 		if f.gate.Close(until) {

@@ -273,3 +273,33 @@ func TestTransportOutage(t *testing.T) {
 		t.Errorf("after the outage: status %d in %v", resp.StatusCode, time.Since(t0))
 	}
 }
+
+// TestFlowPauseDoublesPerRound: the 429s without Retry-After that answer one round of
+// calls double the host's pause once: four refused together pause it for 100 ms, not
+// 100 ms × 2³.
+func TestFlowPauseDoublesPerRound(t *testing.T) {
+	f := newFlow()
+	ctx := context.Background()
+	var ps []retry.Permit
+	for range 4 {
+		p, _, err := f.acquire(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		ps = append(ps, p)
+	}
+	begin := time.Now()
+	for _, p := range ps {
+		f.record(p, false, sigPushback, 0)
+	}
+	until := f.gate.ClosedUntil(time.Now())
+	if until.IsZero() {
+		t.Fatal("the gate is open after four 429s")
+	}
+	if d := until.Sub(begin); d > flowFirstPause+50*time.Millisecond {
+		t.Fatalf("paused for %v after one round of 429s, want %v", d, flowFirstPause)
+	}
+	if f.limitedRun != 1 {
+		t.Fatalf("%d rounds counted for one round of 429s", f.limitedRun)
+	}
+}

@@ -37,7 +37,7 @@ const DefaultMaxIdleConnsPerHost = 64
 //     ends (capped at Policy.MaxRateLimitWait, default 5 minutes), and when it opens the
 //     waiting calls leave one by one at the adapted rate, from a random point of the
 //     first interval; a 429 without Retry-After closes it for 100 ms, doubling with each
-//     such answer in a row up to 10 s.
+//     round of such answers in a row (the calls refused together count once) up to 10 s.
 //   - An outage pauses the host: after 3 failures in a row (5xx without Retry-After,
 //     transport errors) calls wait while one probe at a time tests the host, after a pause
 //     that grows from 250 ms to at most 1 s; the first answer that is not a failure
