@@ -108,5 +108,6 @@ func ExampleStore_MigrationStatus() {
 	// 0008 console applied: true
 	// 0009 outbox applied: true
 	// 0010 triggers applied: true
+	// 0013 views applied: true
 	// 0014 fingerprints applied: true
 }
