@@ -51,9 +51,16 @@ func call(t *testing.T, h http.Handler, method, target, tok, body string, code i
 	}
 }
 
-// seedAttempts makes a run of pipeline p with one item per outcome, each
-// attempt finished at t0 plus the given offset, at stage "fetch".
+// seedAttempts makes a run of pipeline p, created at t0, with one item per
+// outcome, each attempt finished at t0 plus the given offset, at stage
+// "fetch".
 func seedAttempts(t *testing.T, s redrive.Store, p string, outcomes []redrive.Outcome, offsets []time.Duration) int64 {
+	t.Helper()
+	return seedAttemptsAt(t, s, p, t0, outcomes, offsets)
+}
+
+// seedAttemptsAt is seedAttempts with a run created at t0.
+func seedAttemptsAt(t *testing.T, s redrive.Store, p string, t0 time.Time, outcomes []redrive.Outcome, offsets []time.Duration) int64 {
 	t.Helper()
 	ctx := context.Background()
 	run, _, err := s.CreateRun(ctx, p, redrive.RunOptions{}, t0)

@@ -15,7 +15,7 @@ function workList(work) {
   if (!work.length) return el("span", { class: "muted" }, "idle");
   return el("ul", { class: "work" }, work.map((l) => el("li", {},
     el("b", {}, l.count), " at " + l.pipeline + " / " + l.stage + ": ",
-    l.item_ids.map((id, i) => [i ? ", " : "", link("#/items/" + id, "#" + id)]),
+    l.item_ids.flatMap((id, i) => [i ? ", " : "", link("#/items/" + id, "#" + id)]),
     l.count > l.item_ids.length ? " …" : "",
     l.expired ? el("span", { class: "error" }, " (" + l.expired + " expired)") : null)));
 }
