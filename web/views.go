@@ -209,8 +209,9 @@ type stageView struct {
 	Workers int `json:"workers"`
 }
 
-// GET /api/v1/stages?pipeline=: every stage that holds items or is paused
-// (and the first stage of each pipeline the server accepts items for),
+// GET /api/v1/stages?pipeline=: every stage that holds items, made
+// attempts in the last hour or is paused (and the first stage of each
+// pipeline the server accepts items for),
 // in pipeline order, with its item counts, its pause and the live workers
 // of its pipeline.
 func (s *server) stages(w http.ResponseWriter, r *http.Request) {
@@ -231,7 +232,8 @@ func (s *server) stages(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "stages", err)
 		return
 	}
-	live, err := redrive.LiveWorkers(ctx, s.store, "", s.opts.Now())
+	now := s.opts.Now().UTC()
+	live, err := redrive.LiveWorkers(ctx, s.store, "", now)
 	if err != nil {
 		s.fail(w, r, "stages", err)
 		return
@@ -264,6 +266,16 @@ func (s *server) stages(w http.ResponseWriter, r *http.Request) {
 		if want(c.Pipeline) {
 			add(c.Pipeline, c.Stage).Counts[c.State] += c.Count
 		}
+	}
+	// Stages that items passed through lately hold none now but are
+	// still worth seeing (and pausing).
+	recent, err := s.store.Timeline(ctx, redrive.TimelineFilter{Pipeline: pipeline, Since: now.Add(-DefaultTimelineWindow), Until: now, Step: DefaultTimelineWindow})
+	if err != nil {
+		s.fail(w, r, "stages", err)
+		return
+	}
+	for _, b := range recent {
+		add(b.Pipeline, b.Stage)
 	}
 	for _, p := range paused {
 		if want(p.Pipeline) {

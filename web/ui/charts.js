@@ -76,7 +76,7 @@ function stageChart(key, buckets, tl) {
   const rows = buckets.filter((b) => b.attempts).map((b) => el("tr", {}, el("td", {}, b.label),
     el("td", { class: "num" }, b.attempts), ...chartSeries.map((s) => el("td", { class: "num" }, b[s.key]))));
   return el("figure", { class: "stage-chart" },
-    el("figcaption", {}, el("b", {}, key.pipeline + " / " + key.stage), " · " + total + " attempts"),
+    el("figcaption", {}, el("b", {}, key.pipeline + " / " + key.stage), " · " + total + (total === 1 ? " attempt" : " attempts")),
     chart,
     el("details", {}, el("summary", {}, "Table of " + title.toLowerCase()),
       table(["Bucket", "#Attempts", ...chartSeries.map((s) => "#" + s.label)], rows)));
