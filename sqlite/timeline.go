@@ -58,7 +58,7 @@ func (s *Store) LeaseLoads(ctx context.Context, now time.Time, sample int) ([]re
 		SELECT coalesce(lease_owner, '') AS owner, pipeline, stage, id,
 			row_number() OVER (PARTITION BY lease_owner, pipeline, stage ORDER BY id) AS rn,
 			count(*) OVER (PARTITION BY lease_owner, pipeline, stage) AS n,
-			sum(lease_expires_at < ?1) OVER (PARTITION BY lease_owner, pipeline, stage) AS expired
+			sum(coalesce(lease_expires_at, 0) < ?1) OVER (PARTITION BY lease_owner, pipeline, stage) AS expired
 		FROM items WHERE state = 'running')
 		WHERE rn <= max(?2, 1) ORDER BY owner, pipeline, stage, id`, now.UnixNano(), sample)
 	if err != nil {

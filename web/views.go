@@ -64,7 +64,10 @@ func niceStep(d time.Duration, n int) time.Duration {
 			return st
 		}
 	}
-	return (d/time.Duration(redrive.MaxTimelineBuckets) + 1).Round(24 * time.Hour)
+	// Longer than 60 weeks: whole days, as many as keep within the most
+	// buckets a timeline may have.
+	const day = 24 * time.Hour
+	return day * (d/time.Duration(redrive.MaxTimelineBuckets)/day + 1)
 }
 
 // GET /api/v1/timeline?run=&pipeline=&since=&until=&step=: attempts per
