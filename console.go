@@ -93,4 +93,6 @@ type StagePause struct {
 	Stage    string    `json:"stage"`
 	By       string    `json:"by"`
 	At       time.Time `json:"at"`
+	// Reason says why, for the other operators. Default "": none given.
+	Reason string `json:"reason,omitempty"`
 }

@@ -124,6 +124,14 @@ type Store interface {
 	RemoveWorker(ctx context.Context, owner string) error
 	// ListWorkers lists the recorded workers by owner, stale ones included.
 	ListWorkers(ctx context.Context) ([]Worker, error)
+	// LeaseLoads counts the running items by lease owner, pipeline and
+	// stage, ordered so, each with the smallest sample (at most; 0 means
+	// none) of their IDs and how many of them have a lease expired at now.
+	LeaseLoads(ctx context.Context, now time.Time, sample int) ([]LeaseLoad, error)
+	// Timeline counts the attempts f selects by pipeline, stage and
+	// bucket, ordered so; f must be valid (TimelineFilter.Validate). Its
+	// cost grows with the attempts in f's time range, not with the store.
+	Timeline(ctx context.Context, f TimelineFilter) ([]TimelineBucket, error)
 
 	// Console holds the operators' console's queries.
 	Console

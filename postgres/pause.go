@@ -14,8 +14,8 @@ func (s *Store) PauseStage(ctx context.Context, p redrive.StagePause) (bool, err
 	if p.Pipeline == "" || p.Stage == "" {
 		return false, errors.New("postgres: pause stage: pipeline and stage are required")
 	}
-	tag, err := s.pool.Exec(ctx, `INSERT INTO `+s.q+`.paused_stages (pipeline, stage, paused_by, paused_at) VALUES ($1, $2, $3, $4)
-		ON CONFLICT (pipeline, stage) DO NOTHING`, p.Pipeline, p.Stage, p.By, p.At)
+	tag, err := s.pool.Exec(ctx, `INSERT INTO `+s.q+`.paused_stages (pipeline, stage, paused_by, paused_at, reason) VALUES ($1, $2, $3, $4, $5)
+		ON CONFLICT (pipeline, stage) DO NOTHING`, p.Pipeline, p.Stage, p.By, p.At, p.Reason)
 	if err != nil {
 		return false, s.fail("pause stage", err)
 	}
@@ -33,13 +33,13 @@ func (s *Store) ResumeStage(ctx context.Context, pipeline, stage string) (bool, 
 
 // PausedStages lists the paused stages.
 func (s *Store) PausedStages(ctx context.Context) ([]redrive.StagePause, error) {
-	rows, err := s.pool.Query(ctx, `SELECT pipeline, stage, paused_by, paused_at FROM `+s.q+`.paused_stages ORDER BY pipeline, stage`)
+	rows, err := s.pool.Query(ctx, `SELECT pipeline, stage, paused_by, paused_at, reason FROM `+s.q+`.paused_stages ORDER BY pipeline, stage`)
 	if err != nil {
 		return nil, s.fail("paused stages", err)
 	}
 	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (redrive.StagePause, error) {
 		var p redrive.StagePause
-		err := row.Scan(&p.Pipeline, &p.Stage, &p.By, &p.At)
+		err := row.Scan(&p.Pipeline, &p.Stage, &p.By, &p.At, &p.Reason)
 		p.At = p.At.UTC()
 		return p, err
 	})

@@ -16,8 +16,8 @@ func (s *Store) PauseStage(ctx context.Context, p redrive.StagePause) (bool, err
 	}
 	var n int64
 	err := s.writeTx(ctx, "pause stage", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `INSERT INTO paused_stages (pipeline, stage, paused_by, paused_at) VALUES (?, ?, ?, ?)
-			ON CONFLICT (pipeline, stage) DO NOTHING`, p.Pipeline, p.Stage, p.By, tnz(p.At))
+		res, err := tx.ExecContext(ctx, `INSERT INTO paused_stages (pipeline, stage, paused_by, paused_at, reason) VALUES (?, ?, ?, ?, ?)
+			ON CONFLICT (pipeline, stage) DO NOTHING`, p.Pipeline, p.Stage, p.By, tnz(p.At), p.Reason)
 		if err != nil {
 			return err
 		}
@@ -43,7 +43,7 @@ func (s *Store) ResumeStage(ctx context.Context, pipeline, stage string) (bool, 
 
 // PausedStages lists the paused stages.
 func (s *Store) PausedStages(ctx context.Context) ([]redrive.StagePause, error) {
-	rows, err := s.r.QueryContext(ctx, `SELECT pipeline, stage, paused_by, paused_at FROM paused_stages ORDER BY pipeline, stage`)
+	rows, err := s.r.QueryContext(ctx, `SELECT pipeline, stage, paused_by, paused_at, reason FROM paused_stages ORDER BY pipeline, stage`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: paused stages: %w", err)
 	}
@@ -52,7 +52,7 @@ func (s *Store) PausedStages(ctx context.Context) ([]redrive.StagePause, error) 
 	for rows.Next() {
 		var p redrive.StagePause
 		var at int64
-		if err := rows.Scan(&p.Pipeline, &p.Stage, &p.By, &at); err != nil {
+		if err := rows.Scan(&p.Pipeline, &p.Stage, &p.By, &at, &p.Reason); err != nil {
 			return nil, fmt.Errorf("sqlite: paused stages: %w", err)
 		}
 		p.At = ntz(at)

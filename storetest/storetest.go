@@ -99,6 +99,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"ErrorGroups", testErrorGroups}, {"StoredFingerprints", testStoredFingerprints},
 		{"AuditLog", testAuditLog},
 		{"PauseStages", testPauseStages},
+		{"Timeline", testTimeline}, {"LeaseLoads", testLeaseLoads}, {"PauseReason", testPauseReason},
 		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery},
 	}
 	for _, tc := range tests {

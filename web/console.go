@@ -8,11 +8,11 @@ import (
 
 // consoleRoutes lists the operators' console endpoints.
 func (s *server) consoleRoutes() []route {
-	return []route{
+	return append([]route{
 		{"GET /api/v1/errors", ScopeRead, s.errorGroups},
 		{"GET /api/v1/count", ScopeRead, s.countItems},
 		{"GET /api/v1/audit", ScopeRead, s.listAudit},
-	}
+	}, s.viewRoutes()...)
 }
 
 // countResponse is the response of GET /api/v1/count.

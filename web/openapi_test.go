@@ -10,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"gopkg.in/yaml.v3"
 
@@ -121,6 +122,18 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"GET /api/v1/stats", "/api/v1/stats", readToken, "", nil, 200},
 		{"POST /api/v1/runs/{id}/cancel", "/api/v1/runs/" + id(f.mailRun) + "/cancel", adminToken, `{}`, nil, 200},
 		{"POST /api/v1/runs/{id}/cancel", "/api/v1/runs/" + id(f.mailRun) + "/cancel", adminToken, `{}`, nil, 409},
+		{"GET /api/v1/timeline", "/api/v1/timeline?run=" + id(f.docsRun), readToken, "", nil, 200},
+		{"GET /api/v1/timeline", "/api/v1/timeline?step=1ms", readToken, "", nil, 400},
+		{"GET /api/v1/timeline", "/api/v1/timeline?run=99999", readToken, "", nil, 404},
+		{"GET /api/v1/workers", "/api/v1/workers", readToken, "", nil, 200},
+		{"POST /api/v1/stages/pause", "/api/v1/stages/pause", adminToken, `{"pipeline":"docs","stage":"fetch","reason":"spec"}`, nil, 200},
+		{"POST /api/v1/stages/pause", "/api/v1/stages/pause", readToken, `{"pipeline":"docs","stage":"fetch"}`, nil, 403},
+		{"POST /api/v1/stages/pause", "/api/v1/stages/pause", adminToken, `{"pipeline":"nope","stage":"fetch"}`, nil, 400},
+		{"GET /api/v1/stages", "/api/v1/stages", readToken, "", nil, 200},
+		{"POST /api/v1/stages/resume", "/api/v1/stages/resume", adminToken, `{"pipeline":"docs","stage":"fetch"}`, nil, 200},
+	}
+	if err := f.store.UpsertWorker(ctx, redrive.Worker{Owner: "test", Host: "h", PID: 1, Pipelines: []string{"docs"}, StartedAt: t0, LastSeen: t0, ExpiresAt: t0.Add(time.Minute)}); err != nil {
+		t.Fatal(err)
 	}
 	ok := map[string]bool{}
 	for _, rq := range reqs {

@@ -29,7 +29,7 @@ func cliActor() string {
 }
 
 func stageToggleCmd(pause bool) *cobra.Command {
-	var pipeline, stage string
+	var pipeline, stage, reason string
 	verb, short := "resume", "Resume a paused stage: workers claim its items again"
 	if pause {
 		verb, short = "pause", "Pause a stage: no worker process claims its items until it is resumed"
@@ -37,6 +37,9 @@ func stageToggleCmd(pause bool) *cobra.Command {
 	cmd := &cobra.Command{Use: verb, Short: short, Args: noArgs}
 	cmd.Flags().StringVar(&pipeline, "pipeline", "", "the stage's pipeline (required)")
 	cmd.Flags().StringVar(&stage, "stage", "", "the stage (required)")
+	if pause {
+		cmd.Flags().StringVar(&reason, "reason", "", "why, for the other operators and the audit log (default none)")
+	}
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if pipeline == "" {
 			return flagErrorf("pipeline", "required: name the stage's pipeline")
@@ -56,7 +59,7 @@ func stageToggleCmd(pause bool) *cobra.Command {
 			var changed bool
 			var err error
 			if pause {
-				changed, err = s.PauseStage(ctx, redrive.StagePause{Pipeline: pipeline, Stage: stage, By: cliActor(), At: now})
+				changed, err = s.PauseStage(ctx, redrive.StagePause{Pipeline: pipeline, Stage: stage, By: cliActor(), At: now, Reason: reason})
 			} else {
 				changed, err = s.ResumeStage(ctx, pipeline, stage)
 			}
@@ -73,7 +76,7 @@ func stageToggleCmd(pause bool) *cobra.Command {
 				return nil
 			}
 			filter := url.Values{"pipeline": {pipeline}, "stage": {stage}}.Encode()
-			if _, err := s.RecordAction(ctx, redrive.AuditAction{At: now, Actor: cliActor(), Kind: verb, Filter: filter}); err != nil {
+			if _, err := s.RecordAction(ctx, redrive.AuditAction{At: now, Actor: cliActor(), Kind: verb, Filter: filter, Detail: reason}); err != nil {
 				return fmt.Errorf("stage %s/%s: %sd, but the audit log could not record it: %w", pipeline, stage, verb, err)
 			}
 			fmt.Fprintf(w, "stage %s/%s %sd\n", pipeline, stage, verb)
@@ -99,9 +102,9 @@ func pausedListCmd() *cobra.Command {
 				}
 				return writeJSON(w, ps)
 			}
-			t := newTable(w, "PIPELINE", "STAGE", "PAUSED BY", "SINCE")
+			t := newTable(w, "PIPELINE", "STAGE", "PAUSED BY", "SINCE", "REASON")
 			for _, p := range ps {
-				t.row(p.Pipeline, p.Stage, p.By, fmtTime(p.At))
+				t.row(p.Pipeline, p.Stage, p.By, fmtTime(p.At), p.Reason)
 			}
 			return t.flush()
 		})

@@ -11,13 +11,13 @@ import (
 func TestStagesPauseResume(t *testing.T) {
 	t.Parallel()
 	f := newSQLiteFixture(t)
-	r := mustRun(t, 0, f.args("stages", "pause", "--pipeline", "ocr", "--stage", "extract")...)
+	r := mustRun(t, 0, f.args("stages", "pause", "--pipeline", "ocr", "--stage", "extract", "--reason", "OCR service down")...)
 	wantContains(t, "pause", r.stdout, "stage ocr/extract paused")
 	r = mustRun(t, 0, f.args("stages", "pause", "--pipeline", "ocr", "--stage", "extract")...)
 	wantContains(t, "pause again", r.stdout, "already paused")
 	var ps []redrive.StagePause
 	decodeJSON(t, mustRun(t, 0, f.args("stages", "list", "--json")...), &ps)
-	if len(ps) != 1 || ps[0].Pipeline != "ocr" || ps[0].Stage != "extract" || ps[0].By == "" {
+	if len(ps) != 1 || ps[0].Pipeline != "ocr" || ps[0].Stage != "extract" || ps[0].By == "" || ps[0].Reason != "OCR service down" {
 		t.Fatalf("paused stages = %+v", ps)
 	}
 	mustRun(t, 0, f.args("stages", "resume", "--pipeline", "ocr", "--stage", "extract")...)

@@ -89,6 +89,7 @@ async function viewRun(id, params) {
     el("div", { class: "cards" }, card("total", c.total), card("succeeded", c.succeeded), card("dead", c.dead),
       card("canceled", c.canceled), card("pending", c.pending), card("running", c.running),
       card("success rate", (d.success_rate * 100).toFixed(1) + " %")),
+    el("h2", {}, "Attempts over time"), await timelineSection({ run: id }),
     el("h2", {}, "Items by stage"),
     table(["Pipeline", "Stage", "State", "#Items"], d.stages.map((s) => el("tr", {},
       el("td", {}, s.pipeline), el("td", {}, s.stage), el("td", {}, pill(s.state)), el("td", { class: "num" }, s.count)))),
@@ -216,6 +217,8 @@ async function route() {
     else if ((m = path.match(/^\/items\/(\d+)$/))) view = await viewItem(m[1]);
     else if (path === "/dlq") view = await viewDLQ(params);
     else if (path === "/audit") view = await viewAudit(params);
+    else if (path === "/workers") view = await viewWorkers();
+    else if (path === "/stages") view = await viewStages(params);
     else view = await viewRuns(params);
     main.replaceChildren(...view.filter(Boolean));
     const prev = document.getElementById("prev-page");
