@@ -61,6 +61,10 @@ type Notification struct {
 	ItemKey string  `json:"item_key,omitempty"`
 	Stage   string  `json:"stage,omitempty"`
 	Reason  *Reason `json:"reason,omitempty"`
+	// Callback is the item's callback URL when the notification goes
+	// there rather than to the pipeline's webhook; empty for webhook
+	// notifications.
+	Callback string `json:"callback,omitempty"`
 	// Run fields: zero for item events.
 	RunStatus  RunStatus `json:"run_status,omitempty"`
 	RunReason  string    `json:"run_reason,omitempty"`

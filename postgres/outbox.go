@@ -44,7 +44,7 @@ func (s *Store) Subscribe(ctx context.Context, pipeline string, events []string,
 
 const outboxColumns = `id, delivery_id, event, pipeline, run_id, item_id, item_key, stage, reason_class,
 	reason_error, reason_attempts, run_status, run_reason, occurred_at, status, attempts, rate_limit_waits,
-	next_at, lease_token, last_error, updated_at`
+	next_at, lease_token, last_error, updated_at, callback`
 
 func scanNotification(row pgx.Row) (redrive.Notification, error) {
 	var (
@@ -53,17 +53,18 @@ func scanNotification(row pgx.Row) (redrive.Notification, error) {
 		rAttempts                                    *int32
 		key, stage, rClass, rError, runStatus, runRs *string
 		status                                       string
+		callback                                     *string
 	)
 	err := row.Scan(&n.ID, &n.DeliveryID, &n.Event, &n.Pipeline, &n.RunID, &itemID, &key, &stage, &rClass,
 		&rError, &rAttempts, &runStatus, &runRs, &n.OccurredAt, &status, &n.Attempts, &n.RateLimitWaits,
-		&n.NextAt, &n.Token, &n.LastError, &n.UpdatedAt)
+		&n.NextAt, &n.Token, &n.LastError, &n.UpdatedAt, &callback)
 	if err != nil {
 		return n, err
 	}
 	if itemID != nil {
 		n.ItemID = *itemID
 	}
-	n.ItemKey, n.Stage = deref(key), deref(stage)
+	n.ItemKey, n.Stage, n.Callback = deref(key), deref(stage), deref(callback)
 	n.RunStatus, n.RunReason = redrive.RunStatus(deref(runStatus)), deref(runRs)
 	n.OccurredAt, n.NextAt, n.UpdatedAt = n.OccurredAt.UTC(), n.NextAt.UTC(), n.UpdatedAt.UTC()
 	n.Status = redrive.NotificationStatus(status)

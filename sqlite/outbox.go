@@ -39,7 +39,7 @@ func (s *Store) Subscribe(ctx context.Context, pipeline string, events []string,
 
 const outboxColumns = `id, delivery_id, event, pipeline, run_id, item_id, item_key, stage, reason_class,
 	reason_error, reason_attempts, run_status, run_reason, occurred_at, status, attempts, rate_limit_waits,
-	next_at, lease_token, last_error, updated_at`
+	next_at, lease_token, last_error, updated_at, callback`
 
 func scanNotification(sc interface{ Scan(...any) error }) (redrive.Notification, error) {
 	var (
@@ -48,14 +48,15 @@ func scanNotification(sc interface{ Scan(...any) error }) (redrive.Notification,
 		key, stage, rClass, rError, runStatus, runReas sql.NullString
 		occurred, next, updated                        int64
 		status                                         string
+		callback                                       sql.NullString
 	)
 	err := sc.Scan(&n.ID, &n.DeliveryID, &n.Event, &n.Pipeline, &n.RunID, &itemID, &key, &stage, &rClass,
 		&rError, &rAttempts, &runStatus, &runReas, &occurred, &status, &n.Attempts, &n.RateLimitWaits,
-		&next, &n.Token, &n.LastError, &updated)
+		&next, &n.Token, &n.LastError, &updated, &callback)
 	if err != nil {
 		return n, err
 	}
-	n.ItemID, n.ItemKey, n.Stage = itemID.Int64, key.String, stage.String
+	n.ItemID, n.ItemKey, n.Stage, n.Callback = itemID.Int64, key.String, stage.String, callback.String
 	n.RunStatus, n.RunReason = redrive.RunStatus(runStatus.String), runReas.String
 	n.OccurredAt, n.NextAt, n.UpdatedAt = ntz(occurred), ntz(next), ntz(updated)
 	n.Status = redrive.NotificationStatus(status)

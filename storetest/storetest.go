@@ -99,7 +99,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"ErrorGroups", testErrorGroups}, {"StoredFingerprints", testStoredFingerprints},
 		{"AuditLog", testAuditLog},
 		{"PauseStages", testPauseStages},
-		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery},
+		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery}, {"OutboxCallbacks", testOutboxCallbacks},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
