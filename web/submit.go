@@ -245,6 +245,18 @@ func checkCallback(field, s string) error {
 	return nil
 }
 
+// callbacksSigned refuses callbacks that no secret would sign: a receiver
+// could not tell their notifications from forgeries.
+func (s *server) callbacksSigned(pipeline string, items []redrive.NewItem) error {
+	for i, it := range items {
+		if it.Callback != "" && (s.opts.CallbackSigned == nil || !s.opts.CallbackSigned(pipeline)) {
+			return badField(fmt.Sprintf("items[%d].callback", i),
+				"no secret signs the callbacks of pipeline %q: the server needs its webhook or a callback secret (redrive serve --callback-secret-file)", pipeline)
+		}
+	}
+	return nil
+}
+
 func (s *server) submitted(run redrive.Run, created bool, items []redrive.NewItem, res []redrive.Enqueued) submitResponse {
 	out := submitResponse{Run: run, Created: created, Items: make([]submittedItem, len(res))}
 	for i, e := range res {
@@ -319,6 +331,9 @@ func (s *server) createRun(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	items, err := s.items(req.Items, idem)
+	if err == nil {
+		err = s.callbacksSigned(ref.Name, items)
+	}
 	if err != nil {
 		writeBad(w, err)
 		return
@@ -381,6 +396,10 @@ func (s *server) addRunItems(w http.ResponseWriter, r *http.Request) {
 		writeError(w, http.StatusNotFound, "pipeline", fmt.Sprintf("run %d: %v", id, err))
 		return
 	}
+	if err := s.callbacksSigned(ref.Name, items); err != nil {
+		writeBad(w, err)
+		return
+	}
 	s.submit(w, r, run, false, ref, items)
 }
 
@@ -410,6 +429,9 @@ func (s *server) addPipelineItems(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	items, err := s.items(req.Items, idem)
+	if err == nil {
+		err = s.callbacksSigned(ref.Name, items)
+	}
 	if err != nil {
 		writeBad(w, err)
 		return
@@ -475,8 +497,8 @@ func (s *server) cancelItem(w http.ResponseWriter, r *http.Request) {
 	writeError(w, http.StatusConflict, "", msg)
 }
 
-// newItem builds the engine's item from a validated submitted one. The
-// callback is checked but not kept yet (docs/api.md says so).
+// newItem builds the engine's item from a validated submitted one.
 func newItem(it submitItem, orderAt time.Time) redrive.NewItem {
-	return redrive.NewItem{Key: it.Key, Payload: bytes.TrimSpace(it.Input), Priority: it.Priority, OrderAt: orderAt}
+	return redrive.NewItem{Key: it.Key, Payload: bytes.TrimSpace(it.Input), Priority: it.Priority, OrderAt: orderAt,
+		Callback: it.Callback}
 }
