@@ -8,6 +8,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -15,18 +17,35 @@ import (
 	"github.com/redrive/redrive/sqlite"
 )
 
-const clientToken = "client-token-7c1e90d2aa"
+const (
+	clientToken    = "client-token-7c1e90d2aa"
+	callbackSecret = "callback-secret-41d9b0"
+)
+
+// echoStage returns its input, and fails finally (exit 3) for an input
+// that asks to die.
+const echoStage = `#!/bin/sh
+in=$(cat)
+case "$in" in
+*'"die"'*) echo "refused: the input asks to die" >&2; exit 3 ;;
+esac
+printf '%s' "$in"
+`
 
 // servedPipeline starts `redrive serve` on a fresh SQLite database with
-// workers for an echo pipeline (its stage returns its input) and a submit
-// token, and returns its URL and database path. The server is stopped
-// with SIGINT at the end of the test.
+// workers for an echo pipeline (its stage returns its input, or fails for
+// an input with "die"), a submit token and a callback secret, and returns
+// its URL and database path. The server is stopped with SIGINT at the end
+// of the test.
 func servedPipeline(t *testing.T, extra ...string) (url, db string) {
 	t.Helper()
 	dir := t.TempDir()
 	db = filepath.Join(dir, "redrive.db")
 	yaml := filepath.Join(dir, "echo.yaml")
-	if err := os.WriteFile(yaml, []byte("name: echo\nstages:\n  - name: shout\n    exec:\n      command: cat\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "echo.sh"), []byte(echoStage), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(yaml, []byte("name: echo\nstages:\n  - name: shout\n    exec:\n      command: ./echo.sh\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	tokens := filepath.Join(dir, "tokens")
@@ -36,7 +55,7 @@ func servedPipeline(t *testing.T, extra ...string) (url, db string) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	args := append([]string{"--db", "sqlite:" + db, "serve", "--migrate", "--addr", addr, "--pipeline", yaml, "--token-file", tokens, "--workers", "8"}, extra...)
 	cmd := exec.Command(binPath, args...)
-	cmd.Env = cleanEnv()
+	cmd.Env = cleanEnv("REDRIVE_CALLBACK_SECRET=" + callbackSecret)
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -84,6 +103,15 @@ func servedPipeline(t *testing.T, extra ...string) (url, db string) {
 
 // clientSummary is what the example clients print.
 type clientSummary struct {
+	Webhooks *struct {
+		Received       int      `json:"received"`
+		Events         []string `json:"events"`
+		DeadKeys       []string `json:"dead_keys"`
+		Duplicates     int      `json:"duplicates"`
+		Rejected       int      `json:"rejected"`
+		ReplayStatus   int      `json:"replay_status"`
+		TamperedStatus int      `json:"tampered_status"`
+	} `json:"webhooks"`
 	RunID           int64          `json:"run_id"`
 	Added           int            `json:"added"`
 	ExistingOnRetry int            `json:"existing_on_retry"`
@@ -97,14 +125,17 @@ type clientSummary struct {
 }
 
 // TestExampleClients runs the Python and Node clients of examples/clients
-// against a real server: they submit, retry the submit, and read results.
+// against a real server: they submit items with callbacks to their own
+// webhook receivers, every fifth of which dies, retry the submit, read
+// results, receive and verify the item.dead callbacks, and show that a
+// replayed delivery is kept once and a tampered one refused.
 func TestExampleClients(t *testing.T) {
 	t.Parallel()
 	url, db := servedPipeline(t)
-	const count = 25
-	for _, c := range []struct{ name, interp, script, run string }{
-		{"python", "python3", "../../examples/clients/python/redrive_client.py", "python-demo"},
-		{"node", "node", "../../examples/clients/node/redrive-client.mjs", "node-demo"},
+	const count, dieEvery, dead = 25, 5, 5 // items 0, 5, 10, 15, 20 die
+	for _, c := range []struct{ name, interp, script, run, prefix string }{
+		{"python", "python3", "../../examples/clients/python/redrive_client.py", "python-demo", "py-"},
+		{"node", "node", "../../examples/clients/node/redrive-client.mjs", "node-demo", "node-"},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			if _, err := exec.LookPath(c.interp); err != nil {
@@ -113,8 +144,9 @@ func TestExampleClients(t *testing.T) {
 				}
 				t.Skipf("%s not installed", c.interp)
 			}
-			cmd := exec.Command(c.interp, c.script, "--url", url, "--pipeline", "echo", "--run", c.run, "--count", fmt.Sprint(count))
-			cmd.Env = append(os.Environ(), "REDRIVE_TOKEN="+clientToken)
+			cmd := exec.Command(c.interp, c.script, "--url", url, "--pipeline", "echo", "--run", c.run, "--count", fmt.Sprint(count),
+				"--die-every", fmt.Sprint(dieEvery), "--callback-secret-env", "DEMO_CALLBACK_SECRET")
+			cmd.Env = append(os.Environ(), "REDRIVE_TOKEN="+clientToken, "DEMO_CALLBACK_SECRET="+callbackSecret)
 			out, err := cmd.Output()
 			if err != nil {
 				var stderr []byte
@@ -127,8 +159,25 @@ func TestExampleClients(t *testing.T) {
 			if err := json.Unmarshal(out, &s); err != nil {
 				t.Fatalf("client output %q: %v", out, err)
 			}
-			if s.Added != count || s.ExistingOnRetry != count || !s.SameIDs || s.States["succeeded"] != count || s.OutputsMatching != count {
+			if s.Added != count || s.ExistingOnRetry != count || !s.SameIDs || s.States["succeeded"] != count-dead ||
+				s.States["dead"] != dead || s.OutputsMatching != count-dead {
 				t.Errorf("client summary = %+v", s)
+			}
+			var wantKeys []string
+			for i := 0; i < count; i += dieEvery {
+				wantKeys = append(wantKeys, fmt.Sprint(c.prefix, i))
+			}
+			slices.Sort(wantKeys)
+			w := s.Webhooks
+			switch {
+			case w == nil:
+				t.Errorf("the client received no callbacks")
+			case w.Received != dead || !slices.Equal(w.DeadKeys, wantKeys) || !slices.Equal(w.Events, []string{"item.dead"}):
+				t.Errorf("callbacks: received %d %v of %v, want %d item.dead of %v", w.Received, w.Events, w.DeadKeys, dead, wantKeys)
+			case w.ReplayStatus != 200 || w.Duplicates < 1:
+				t.Errorf("a replayed delivery: status %d, duplicates %d; want 200 and kept once", w.ReplayStatus, w.Duplicates)
+			case w.TamperedStatus != 401 || w.Rejected != 1:
+				t.Errorf("a tampered delivery: status %d, rejected %d; want 401 and 1", w.TamperedStatus, w.Rejected)
 			}
 			if s.UnknownPipeline == nil || s.UnknownPipeline.Status != 404 || s.UnknownPipeline.Field != "name" {
 				t.Errorf("unknown pipeline answer = %+v", s.UnknownPipeline)
@@ -140,8 +189,25 @@ func TestExampleClients(t *testing.T) {
 			}
 			defer st.Close()
 			run, err := st.GetRun(context.Background(), s.RunID)
-			if err != nil || run.Counts.Total != count || run.Counts.Succeeded != count {
-				t.Errorf("run %d = %+v, %v; want %d items succeeded", s.RunID, run.Counts, err, count)
+			if err != nil || run.Counts.Total != count || run.Counts.Succeeded != count-dead || run.Counts.Dead != dead {
+				t.Errorf("run %d = %+v, %v; want %d items succeeded and %d dead", s.RunID, run.Counts, err, count-dead, dead)
+			}
+			// Every callback was delivered, once each in the outbox.
+			ns, err := st.ListNotifications(context.Background(), redrive.NotificationFilter{Pipeline: "echo", Event: redrive.EventItemDead})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mine := 0
+			for _, n := range ns {
+				if strings.HasPrefix(n.ItemKey, c.prefix) {
+					mine++
+					if n.Status != redrive.NotificationDelivered || n.Callback == "" {
+						t.Errorf("notification %+v, want a delivered callback", n)
+					}
+				}
+			}
+			if mine != dead {
+				t.Errorf("%d callback notifications in the outbox, want %d", mine, dead)
 			}
 			if run.Name != c.run || run.Status == redrive.RunAborted {
 				t.Errorf("run = %+v", run)
