@@ -234,3 +234,42 @@ func (s *Store) RedriveNotifications(ctx context.Context, f redrive.Notification
 	}
 	return int(tag.RowsAffected()), nil
 }
+
+// CountNotifications counts the notifications of f's pipeline and event by
+// status.
+func (s *Store) CountNotifications(ctx context.Context, f redrive.NotificationFilter) (redrive.NotificationCounts, error) {
+	var c redrive.NotificationCounts
+	if err := f.Validate(); err != nil {
+		return c, fmt.Errorf("postgres: count notifications: %w", err)
+	}
+	var a args
+	where := notificationWhere(redrive.NotificationFilter{Pipeline: f.Pipeline, Event: f.Event}, &a)
+	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM `+s.q+`.outbox WHERE `+where+` GROUP BY status`, a...)
+	if err != nil {
+		return c, s.fail("count notifications", err)
+	}
+	var st string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error {
+		c.Add(redrive.NotificationStatus(st), int(n))
+		return nil
+	})
+	if err != nil {
+		return c, s.fail("count notifications", err)
+	}
+	return c, nil
+}
+
+// DeleteDelivered deletes up to limit notifications delivered before
+// before. A delivered row's updated_at is when it was delivered.
+func (s *Store) DeleteDelivered(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.q+`.outbox WHERE id = ANY(ARRAY(SELECT id FROM `+s.q+`.outbox
+		WHERE status = 'delivered' AND updated_at < $1 ORDER BY id LIMIT $2))`, before, limit)
+	if err != nil {
+		return 0, s.fail("delete delivered notifications", err)
+	}
+	return int(tag.RowsAffected()), nil
+}

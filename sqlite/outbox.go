@@ -225,3 +225,49 @@ func (s *Store) RedriveNotifications(ctx context.Context, f redrive.Notification
 	})
 	return int(n), err
 }
+
+// CountNotifications counts the notifications of f's pipeline and event by
+// status.
+func (s *Store) CountNotifications(ctx context.Context, f redrive.NotificationFilter) (redrive.NotificationCounts, error) {
+	var c redrive.NotificationCounts
+	if err := f.Validate(); err != nil {
+		return c, fmt.Errorf("sqlite: count notifications: %w", err)
+	}
+	where, args := notificationWhere(redrive.NotificationFilter{Pipeline: f.Pipeline, Event: f.Event})
+	rows, err := s.r.QueryContext(ctx, `SELECT status, count(*) FROM outbox WHERE `+where+` GROUP BY status`, args...)
+	if err != nil {
+		return c, fmt.Errorf("sqlite: count notifications: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return c, fmt.Errorf("sqlite: count notifications: %w", err)
+		}
+		c.Add(redrive.NotificationStatus(st), n)
+	}
+	if err := rows.Err(); err != nil {
+		return c, fmt.Errorf("sqlite: count notifications: %w", err)
+	}
+	return c, nil
+}
+
+// DeleteDelivered deletes up to limit notifications delivered before
+// before. A delivered row's updated_at is when it was delivered.
+func (s *Store) DeleteDelivered(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	var n int64
+	err := s.writeTx(ctx, "delete delivered notifications", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE id IN (SELECT id FROM outbox
+			WHERE status = 'delivered' AND updated_at < ? ORDER BY id LIMIT ?)`, tnz(before), limit)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
