@@ -119,6 +119,10 @@ func TestOpenAPIResponses(t *testing.T) {
 		{"POST /api/v1/dlq/redrive", "/api/v1/dlq/redrive", adminToken, `{"dry_run":true}`, nil, 200},
 		{"POST /api/v1/dlq/purge", "/api/v1/dlq/purge", adminToken, `{"dry_run":true}`, nil, 200},
 		{"GET /api/v1/stats", "/api/v1/stats", readToken, "", nil, 200},
+		{"GET /api/v1/outbox", "/api/v1/outbox?state=pending,dead&limit=1", readToken, "", nil, 200},
+		{"GET /api/v1/outbox", "/api/v1/outbox?event=item.exploded", readToken, "", nil, 400},
+		{"POST /api/v1/outbox/redrive", "/api/v1/outbox/redrive", adminToken, `{"pipeline":"docs","dry_run":true}`, nil, 200},
+		{"POST /api/v1/outbox/redrive", "/api/v1/outbox/redrive", submitToken, `{}`, nil, 403},
 		{"POST /api/v1/runs/{id}/cancel", "/api/v1/runs/" + id(f.mailRun) + "/cancel", adminToken, `{}`, nil, 200},
 		{"POST /api/v1/runs/{id}/cancel", "/api/v1/runs/" + id(f.mailRun) + "/cancel", adminToken, `{}`, nil, 409},
 	}

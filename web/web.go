@@ -168,6 +168,8 @@ func (s *server) routes() []route {
 		{"POST /api/v1/dlq/redrive", ScopeAdmin, s.redrive},
 		{"POST /api/v1/dlq/purge", ScopeAdmin, s.purge},
 		{"GET /api/v1/stats", ScopeRead, s.stats},
+		{"GET /api/v1/outbox", ScopeRead, s.listOutbox},
+		{"POST /api/v1/outbox/redrive", ScopeAdmin, s.redriveOutbox},
 	}
 }
 
