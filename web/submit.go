@@ -10,6 +10,7 @@ import (
 	"net/url"
 	"reflect"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 	"unicode"
@@ -155,12 +156,22 @@ func (s *server) items(raw []json.RawMessage, idem string) ([]redrive.NewItem, e
 	}
 	out := make([]redrive.NewItem, len(raw))
 	seen := make(map[string]int, len(raw))
-	for i, b := range raw {
-		field := fmt.Sprintf("items[%d]", i)
+	// One decoder reads the items as a stream of values: a decoder per
+	// item cost a submit of 500 items a sixth of its handler's time.
+	n := 0
+	for _, b := range raw {
+		n += len(b) + 1
+	}
+	stream := make([]byte, 0, n)
+	for _, b := range raw {
+		stream = append(append(stream, b...), '\n')
+	}
+	dec := json.NewDecoder(bytes.NewReader(stream))
+	dec.DisallowUnknownFields()
+	for i := range raw {
 		var it submitItem
-		dec := json.NewDecoder(bytes.NewReader(b))
-		dec.DisallowUnknownFields()
 		if err := dec.Decode(&it); err != nil {
+			field := itemField(i)
 			var te *json.UnmarshalTypeError
 			switch {
 			case errors.As(err, &te) && te.Field != "":
@@ -174,37 +185,40 @@ func (s *server) items(raw []json.RawMessage, idem string) ([]redrive.NewItem, e
 			return nil, badField(field, "%v", err)
 		}
 		if len(it.Input) == 0 {
-			return nil, badField(field+".input", "required: the first stage's input, any JSON value")
+			return nil, badField(itemField(i)+".input", "required: the first stage's input, any JSON value")
 		}
 		if it.Key == "" && idem != "" {
 			it.Key = fmt.Sprintf("%s#%d", idem, i)
 		}
 		if len(it.Key) > MaxKeyBytes {
-			return nil, badField(field+".key", "longer than %d bytes", MaxKeyBytes)
+			return nil, badField(itemField(i)+".key", "longer than %d bytes", MaxKeyBytes)
 		}
 		if !printable(it.Key) {
-			return nil, badField(field+".key", "must be printable text")
+			return nil, badField(itemField(i)+".key", "must be printable text")
 		}
 		if it.Key != "" {
 			if j, dup := seen[it.Key]; dup {
-				return nil, badField(field+".key", "%q is also the key of items[%d]", it.Key, j)
+				return nil, badField(itemField(i)+".key", "%q is also the key of items[%d]", it.Key, j)
 			}
 			seen[it.Key] = i
 		}
 		if it.Priority < -1<<31 || it.Priority > 1<<31-1 {
-			return nil, badField(field+".priority", "must fit in 32 bits")
+			return nil, badField(itemField(i)+".priority", "must fit in 32 bits")
 		}
-		orderAt, err := parseTime(field+".order_at", it.OrderAt)
+		orderAt, err := parseTime(itemField(i)+".order_at", it.OrderAt)
 		if err != nil {
 			return nil, err
 		}
-		if err := checkCallback(field+".callback", it.Callback); err != nil {
+		if err := checkCallback(itemField(i)+".callback", it.Callback); err != nil {
 			return nil, err
 		}
 		out[i] = newItem(it, orderAt)
 	}
 	return out, nil
 }
+
+// itemField names item i of a batch in errors.
+func itemField(i int) string { return "items[" + strconv.Itoa(i) + "]" }
 
 // jsonKind names the JSON type a Go kind decodes from.
 func jsonKind(k reflect.Kind) string {
