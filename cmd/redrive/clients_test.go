@@ -39,6 +39,13 @@ printf '%s' "$in"
 // of the test.
 func servedPipeline(t *testing.T, extra ...string) (url, db string) {
 	t.Helper()
+	return servedPipelineEnv(t, []string{"REDRIVE_CALLBACK_SECRET=" + callbackSecret}, extra...)
+}
+
+// servedPipelineEnv is servedPipeline with env added to serve's
+// environment instead of the callback secret.
+func servedPipelineEnv(t *testing.T, env []string, extra ...string) (url, db string) {
+	t.Helper()
 	dir := t.TempDir()
 	db = filepath.Join(dir, "redrive.db")
 	yaml := filepath.Join(dir, "echo.yaml")
@@ -55,7 +62,7 @@ func servedPipeline(t *testing.T, extra ...string) (url, db string) {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	args := append([]string{"--db", "sqlite:" + db, "serve", "--migrate", "--addr", addr, "--pipeline", yaml, "--token-file", tokens, "--workers", "8"}, extra...)
 	cmd := exec.Command(binPath, args...)
-	cmd.Env = cleanEnv("REDRIVE_CALLBACK_SECRET=" + callbackSecret)
+	cmd.Env = cleanEnv(env...)
 	var stderr syncBuffer
 	cmd.Stderr = &stderr
 	if err := cmd.Start(); err != nil {
@@ -213,5 +220,48 @@ func TestExampleClients(t *testing.T) {
 				t.Errorf("run = %+v", run)
 			}
 		})
+	}
+}
+
+// TestServeCallbackSecret checks that serve refuses a callback no secret
+// would sign, naming the field, and accepts it with --callback-secret-file;
+// an empty secret file is a usage error.
+func TestServeCallbackSecret(t *testing.T) {
+	t.Parallel()
+	submit := func(url string) (int, string) {
+		t.Helper()
+		req, _ := http.NewRequest("POST", url+"/api/v1/pipelines/echo/items",
+			strings.NewReader(`{"items":[{"input":{"n":1},"callback":"http://127.0.0.1:9/cb"}]}`))
+		req.Header.Set("Authorization", "Bearer "+clientToken)
+		req.Header.Set("Content-Type", "application/json")
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer resp.Body.Close()
+		var e struct{ Error, Field string }
+		json.NewDecoder(resp.Body).Decode(&e)
+		return resp.StatusCode, e.Field
+	}
+	url, _ := servedPipelineEnv(t, nil)
+	if code, field := submit(url); code != http.StatusBadRequest || field != "items[0].callback" {
+		t.Errorf("callback without a secret: %d on %q, want 400 on items[0].callback", code, field)
+	}
+	dir := t.TempDir()
+	secret := filepath.Join(dir, "secret")
+	if err := os.WriteFile(secret, []byte(callbackSecret+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	url, _ = servedPipelineEnv(t, nil, "--callback-secret-file", secret)
+	if code, field := submit(url); code != http.StatusCreated {
+		t.Errorf("callback with --callback-secret-file: %d on %q, want 201", code, field)
+	}
+	empty := filepath.Join(dir, "empty")
+	if err := os.WriteFile(empty, []byte("\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r := runCLI(t, cleanEnv(), "--db", "sqlite:"+filepath.Join(dir, "x.db"), "serve", "--migrate", "--callback-secret-file", empty)
+	if r.code != exitUsage || !strings.Contains(r.stderr, "callback-secret-file") {
+		t.Errorf("empty secret file: exit %d, stderr %q", r.code, r.stderr)
 	}
 }
