@@ -49,6 +49,12 @@ type Config struct {
 	// deleted. A redrive reopens a run and so keeps it. Default 30 days
 	// (DefaultRunRetention); negative keeps runs.
 	RunRetention time.Duration
+	// OutboxRetention is how long delivered notifications (webhooks and
+	// callbacks) are kept after their delivery, for operators to look
+	// up; pending and dead ones stay until delivered or redriven. Applies
+	// to stores that keep an outbox. Default 7 days
+	// (DefaultOutboxRetention); negative keeps them.
+	OutboxRetention time.Duration
 	// RetentionInterval is how often a started client deletes what the
 	// retention settings let go. Default 1 minute.
 	RetentionInterval time.Duration
@@ -97,6 +103,9 @@ func (c Config) withDefaults() Config {
 	}
 	if c.RunRetention == 0 {
 		c.RunRetention = DefaultRunRetention
+	}
+	if c.OutboxRetention == 0 {
+		c.OutboxRetention = DefaultOutboxRetention
 	}
 	if c.RetentionInterval <= 0 {
 		c.RetentionInterval = DefaultRetentionInterval

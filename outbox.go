@@ -61,6 +61,10 @@ type Notification struct {
 	ItemKey string  `json:"item_key,omitempty"`
 	Stage   string  `json:"stage,omitempty"`
 	Reason  *Reason `json:"reason,omitempty"`
+	// Callback is the item's callback URL when the notification goes
+	// there rather than to the pipeline's webhook; empty for webhook
+	// notifications.
+	Callback string `json:"callback,omitempty"`
 	// Run fields: zero for item events.
 	RunStatus  RunStatus `json:"run_status,omitempty"`
 	RunReason  string    `json:"run_reason,omitempty"`
@@ -98,6 +102,33 @@ type Outbox interface {
 	// pending again, due at now with a fresh attempt count, and returns
 	// how many.
 	RedriveNotifications(ctx context.Context, f NotificationFilter, now time.Time) (int, error)
+	// CountNotifications counts the notifications of f's Pipeline and
+	// Event by status; f's Statuses, AfterID and Limit are ignored.
+	CountNotifications(ctx context.Context, f NotificationFilter) (NotificationCounts, error)
+	// DeleteDelivered deletes up to limit notifications delivered before
+	// before, oldest first, and returns how many.
+	DeleteDelivered(ctx context.Context, before time.Time, limit int) (int, error)
+}
+
+// NotificationCounts are notifications by status. Total is their sum.
+type NotificationCounts struct {
+	Pending   int `json:"pending"`
+	Delivered int `json:"delivered"`
+	Dead      int `json:"dead"`
+	Total     int `json:"total"`
+}
+
+// Add counts n notifications of status st.
+func (c *NotificationCounts) Add(st NotificationStatus, n int) {
+	switch st {
+	case NotificationPending:
+		c.Pending += n
+	case NotificationDelivered:
+		c.Delivered += n
+	case NotificationDead:
+		c.Dead += n
+	}
+	c.Total += n
 }
 
 // DeliveryResult is the outcome of one delivery of a claimed notification.

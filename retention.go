@@ -10,6 +10,8 @@ const (
 	DefaultRetention = 7 * 24 * time.Hour
 	// DefaultRunRetention is how long finished runs are kept.
 	DefaultRunRetention = 30 * 24 * time.Hour
+	// DefaultOutboxRetention is how long delivered notifications are kept.
+	DefaultOutboxRetention = 7 * 24 * time.Hour
 	// DefaultRetentionInterval is how often retention runs.
 	DefaultRetentionInterval = time.Minute
 	// DefaultRetentionBatch is how many items one delete removes.
@@ -74,7 +76,34 @@ func (e *engine) retain() {
 			}
 		}
 	}
-	if items > 0 || runs > 0 {
-		e.log.Info("redrive: deleted items and runs past retention", "items", items, "runs", runs)
+	notes := e.retainOutbox(now)
+	if items > 0 || runs > 0 || notes > 0 {
+		e.log.Info("redrive: deleted items, runs and notifications past retention", "items", items, "runs", runs,
+			"notifications", notes)
 	}
+}
+
+// retainOutbox deletes notifications delivered longer than OutboxRetention
+// ago, in batches like items: a busy webhook writes a row per event, and
+// delivered rows only serve an operator's look back.
+func (e *engine) retainOutbox(now time.Time) int {
+	o, ok := e.store.(Outbox)
+	if !ok || e.cfg.OutboxRetention <= 0 {
+		return 0
+	}
+	total := 0
+	for range retentionBatchesPerPass {
+		n, err := o.DeleteDelivered(e.bgCtx, now.Add(-e.cfg.OutboxRetention), e.cfg.RetentionBatch)
+		if err != nil {
+			if e.bgCtx.Err() == nil {
+				e.log.Warn("redrive: retention of delivered notifications failed", "err", err)
+			}
+			break
+		}
+		total += n
+		if n < e.cfg.RetentionBatch {
+			break
+		}
+	}
+	return total
 }

@@ -17,7 +17,10 @@ var ErrRunAborted = errors.New("redrive: run aborted")
 // is atomic and idempotent by item key (see Store.Enqueue). A run that had
 // finished reopens when it receives new items; an aborted run refuses them
 // with ErrRunAborted and nothing is written. It returns the run as it is
-// after, with its counts.
+// after, with its counts: as read after the insert, or, from a store that
+// reads a run's status apart from its counts (SQLite, where counting a
+// large run costs more than the insert), run's counts with the added items
+// counted as pending.
 func Submit(ctx context.Context, s Store, run Run, firstStage string, items []NewItem, now time.Time) (Run, []Enqueued, error) {
 	if run.Status == RunAborted {
 		return run, nil, fmt.Errorf("%w: run %d: %s", ErrRunAborted, run.ID, run.Reason)
@@ -36,7 +39,25 @@ func Submit(ctx context.Context, s Store, run Run, firstStage string, items []Ne
 	}
 	// Read again: the run may have finished (or been aborted) while the
 	// items were written.
-	after, err := s.GetRun(ctx, run.ID)
+	var (
+		after Run
+		err   error
+	)
+	if sr, ok := s.(runStatusReader); ok {
+		after, err = sr.GetRunStatus(ctx, run.ID)
+		after.Counts = run.Counts
+		for i, e := range out {
+			if !e.Existing {
+				st := StatePending
+				if items[i].Invalid != "" {
+					st = StateDead
+				}
+				after.Counts.Add(st, 1)
+			}
+		}
+	} else {
+		after, err = s.GetRun(ctx, run.ID)
+	}
 	if err != nil {
 		return run, out, fmt.Errorf("redrive: submit: %w", err)
 	}
@@ -47,4 +68,10 @@ func Submit(ctx context.Context, s Store, run Run, firstStage string, items []Ne
 		after.Status, after.FinishedAt, after.Reason = RunRunning, time.Time{}, ""
 	}
 	return after, out, nil
+}
+
+// runStatusReader is implemented by stores that read a run without
+// counting its items (the SQLite store).
+type runStatusReader interface {
+	GetRunStatus(ctx context.Context, id int64) (Run, error)
 }

@@ -295,4 +295,10 @@ type NewItem struct {
 	// invalid_input and this message: input that could not be read is
 	// accounted for rather than dropped.
 	Invalid string
+	// Callback, when set, is an absolute http or https URL told of the
+	// item's end through the outbox, signed like a webhook: item.dead
+	// always, item.succeeded and item.canceled when the pipeline's webhook
+	// announces them (docs/webhooks.md). The store keeps it as given; the
+	// caller validates it (the HTTP API does). Default: none.
+	Callback string
 }

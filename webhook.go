@@ -97,8 +97,18 @@ func (w Webhook) policy() retry.Policy {
 // DelivererConfig configures a Deliverer. Zero values take the stated
 // defaults.
 type DelivererConfig struct {
-	// Webhooks are the endpoints, at most one per pipeline.
+	// Webhooks are the endpoints, at most one per pipeline. The callbacks
+	// of their pipelines' items are delivered too, signed with the
+	// webhook's Secret and retried by its Policy.
 	Webhooks []Webhook
+	// CallbackPipelines are further pipelines, without a webhook here,
+	// whose items' callbacks this deliverer sends, signed with
+	// CallbackSecret and retried by DefaultWebhookPolicy. Default none.
+	CallbackPipelines []string
+	// CallbackSecret keys the signature of the callbacks of
+	// CallbackPipelines. It is never logged. Default none: a callback
+	// with no secret to sign it is dead at once, with that reason.
+	CallbackSecret []byte
 	// Owner names this deliverer in the outbox's leases. Default
 	// "deliverer".
 	Owner string
@@ -132,9 +142,10 @@ type DelivererConfig struct {
 // Delivery is at least once: a crash after a POST and before its result is
 // recorded sends it again, with the same Redrive-Delivery ID.
 type Deliverer struct {
-	store Outbox
-	cfg   DelivererConfig
-	hooks map[string]Webhook
+	store     Outbox
+	cfg       DelivererConfig
+	hooks     map[string]Webhook
+	claimFrom []string // the pipelines of hooks and CallbackPipelines, sorted
 }
 
 // NewDeliverer returns a deliverer of store's notifications, or an error
@@ -182,7 +193,11 @@ func NewDeliverer(store Outbox, cfg DelivererConfig) (*Deliverer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Deliverer{store: store, cfg: cfg, hooks: hooks}, nil
+	d := &Deliverer{store: store, cfg: cfg, hooks: hooks}
+	d.claimFrom = append(d.pipelines(), cfg.CallbackPipelines...)
+	slices.Sort(d.claimFrom)
+	d.claimFrom = slices.Compact(d.claimFrom)
+	return d, nil
 }
 
 // Subscribe records each webhook's events in the store, so that state
@@ -208,7 +223,7 @@ func (d *Deliverer) pipelines() []string {
 // Run subscribes, then delivers until ctx ends, and returns nil then.
 // Store errors are logged and retried at the next poll.
 func (d *Deliverer) Run(ctx context.Context) error {
-	if len(d.hooks) == 0 {
+	if len(d.claimFrom) == 0 {
 		<-ctx.Done()
 		return nil
 	}
@@ -256,7 +271,7 @@ func sleepCtx(ctx context.Context, d time.Duration) bool {
 // records the results. It returns how many it claimed.
 func (d *Deliverer) DeliverOnce(ctx context.Context) (int, error) {
 	now := d.cfg.Now()
-	ns, err := d.store.ClaimNotifications(ctx, ClaimRequest{Owner: d.cfg.Owner, Pipelines: d.pipelines(),
+	ns, err := d.store.ClaimNotifications(ctx, ClaimRequest{Owner: d.cfg.Owner, Pipelines: d.claimFrom,
 		Limit: d.cfg.Batch, Now: now, LeaseUntil: now.Add(d.cfg.LeaseDuration)})
 	if err != nil || len(ns) == 0 {
 		return 0, err
@@ -283,10 +298,13 @@ func (d *Deliverer) DeliverOnce(ctx context.Context) (int, error) {
 
 // deliver sends one notification and decides what becomes of it.
 func (d *Deliverer) deliver(ctx context.Context, n Notification) DeliveryResult {
-	w := d.hooks[n.Pipeline]
+	w, err := d.target(n)
 	pol := w.policy()
 	res := DeliveryResult{ID: n.ID, Token: n.Token, Attempts: n.Attempts, RateLimitWaits: n.RateLimitWaits}
-	body, err := NotificationBody(n)
+	var body []byte
+	if err == nil {
+		body, err = NotificationBody(n)
+	}
 	if err == nil {
 		var resp *http.Response
 		resp, err = d.post(ctx, w, n, body)
@@ -311,6 +329,27 @@ func (d *Deliverer) deliver(ctx context.Context, n Notification) DeliveryResult 
 	}
 	res.Now = d.cfg.Now()
 	return d.decide(res, n, pol, retry.Outcome{Class: retry.ClassFinal}, err)
+}
+
+// target is where n goes and how: its callback, signed with the
+// pipeline's webhook secret or else the callback secret, or the pipeline's
+// webhook. An error is final: nothing here can deliver n.
+func (d *Deliverer) target(n Notification) (Webhook, error) {
+	w, hooked := d.hooks[n.Pipeline]
+	if n.Callback == "" {
+		if !hooked {
+			return w, fmt.Errorf("pipeline %q has no webhook in this deliverer", n.Pipeline)
+		}
+		return w, nil
+	}
+	if !hooked {
+		w = Webhook{Pipeline: n.Pipeline, Secret: d.cfg.CallbackSecret}
+	}
+	w.URL = n.Callback
+	if len(w.Secret) == 0 {
+		return w, fmt.Errorf("no secret signs the callbacks of pipeline %q: give it a webhook or a callback secret", n.Pipeline)
+	}
+	return w, nil
 }
 
 func (d *Deliverer) decide(res DeliveryResult, n Notification, pol retry.Policy, o retry.Outcome, err error) DeliveryResult {

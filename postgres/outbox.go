@@ -44,7 +44,7 @@ func (s *Store) Subscribe(ctx context.Context, pipeline string, events []string,
 
 const outboxColumns = `id, delivery_id, event, pipeline, run_id, item_id, item_key, stage, reason_class,
 	reason_error, reason_attempts, run_status, run_reason, occurred_at, status, attempts, rate_limit_waits,
-	next_at, lease_token, last_error, updated_at`
+	next_at, lease_token, last_error, updated_at, callback`
 
 func scanNotification(row pgx.Row) (redrive.Notification, error) {
 	var (
@@ -53,17 +53,18 @@ func scanNotification(row pgx.Row) (redrive.Notification, error) {
 		rAttempts                                    *int32
 		key, stage, rClass, rError, runStatus, runRs *string
 		status                                       string
+		callback                                     *string
 	)
 	err := row.Scan(&n.ID, &n.DeliveryID, &n.Event, &n.Pipeline, &n.RunID, &itemID, &key, &stage, &rClass,
 		&rError, &rAttempts, &runStatus, &runRs, &n.OccurredAt, &status, &n.Attempts, &n.RateLimitWaits,
-		&n.NextAt, &n.Token, &n.LastError, &n.UpdatedAt)
+		&n.NextAt, &n.Token, &n.LastError, &n.UpdatedAt, &callback)
 	if err != nil {
 		return n, err
 	}
 	if itemID != nil {
 		n.ItemID = *itemID
 	}
-	n.ItemKey, n.Stage = deref(key), deref(stage)
+	n.ItemKey, n.Stage, n.Callback = deref(key), deref(stage), deref(callback)
 	n.RunStatus, n.RunReason = redrive.RunStatus(deref(runStatus)), deref(runRs)
 	n.OccurredAt, n.NextAt, n.UpdatedAt = n.OccurredAt.UTC(), n.NextAt.UTC(), n.UpdatedAt.UTC()
 	n.Status = redrive.NotificationStatus(status)
@@ -230,6 +231,45 @@ func (s *Store) RedriveNotifications(ctx context.Context, f redrive.Notification
 			FOR UPDATE)`, a...)
 	if err != nil {
 		return 0, s.fail("redrive notifications", err)
+	}
+	return int(tag.RowsAffected()), nil
+}
+
+// CountNotifications counts the notifications of f's pipeline and event by
+// status.
+func (s *Store) CountNotifications(ctx context.Context, f redrive.NotificationFilter) (redrive.NotificationCounts, error) {
+	var c redrive.NotificationCounts
+	if err := f.Validate(); err != nil {
+		return c, fmt.Errorf("postgres: count notifications: %w", err)
+	}
+	var a args
+	where := notificationWhere(redrive.NotificationFilter{Pipeline: f.Pipeline, Event: f.Event}, &a)
+	rows, err := s.pool.Query(ctx, `SELECT status, count(*) FROM `+s.q+`.outbox WHERE `+where+` GROUP BY status`, a...)
+	if err != nil {
+		return c, s.fail("count notifications", err)
+	}
+	var st string
+	var n int64
+	_, err = pgx.ForEachRow(rows, []any{&st, &n}, func() error {
+		c.Add(redrive.NotificationStatus(st), int(n))
+		return nil
+	})
+	if err != nil {
+		return c, s.fail("count notifications", err)
+	}
+	return c, nil
+}
+
+// DeleteDelivered deletes up to limit notifications delivered before
+// before. A delivered row's updated_at is when it was delivered.
+func (s *Store) DeleteDelivered(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.q+`.outbox WHERE id = ANY(ARRAY(SELECT id FROM `+s.q+`.outbox
+		WHERE status = 'delivered' AND updated_at < $1 ORDER BY id LIMIT $2))`, before, limit)
+	if err != nil {
+		return 0, s.fail("delete delivered notifications", err)
 	}
 	return int(tag.RowsAffected()), nil
 }

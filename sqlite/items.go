@@ -83,8 +83,8 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 	now := tnz(req.Now)
 	insStmt, err := s.stmts.get(ctx, `INSERT INTO items (run_id, pipeline, key, stage, stage_index, state,
 		priority, payload, input, enqueued_at, next_at, updated_at, order_at, ready,
-		reason_stage, reason_class, reason_error, reason_attempts, reason_at, reason_fingerprint)
-		VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?)
+		reason_stage, reason_class, reason_error, reason_attempts, reason_at, reason_fingerprint, callback)
+		VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT DO NOTHING`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: enqueue: %w", err)
@@ -121,7 +121,7 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 			}
 			res, err := ins.ExecContext(ctx, req.RunID, req.Pipeline, nullStr(it.Key), req.Stage, string(state),
 				it.Priority, blob(it.Payload), blob(it.Payload), now, now, now, orderAt,
-				rStage, rClass, rError, rAttempts, rAt, rFP)
+				rStage, rClass, rError, rAttempts, rAt, rFP, nullStr(it.Callback))
 			if err != nil {
 				return err
 			}

@@ -39,7 +39,7 @@ func (s *Store) Subscribe(ctx context.Context, pipeline string, events []string,
 
 const outboxColumns = `id, delivery_id, event, pipeline, run_id, item_id, item_key, stage, reason_class,
 	reason_error, reason_attempts, run_status, run_reason, occurred_at, status, attempts, rate_limit_waits,
-	next_at, lease_token, last_error, updated_at`
+	next_at, lease_token, last_error, updated_at, callback`
 
 func scanNotification(sc interface{ Scan(...any) error }) (redrive.Notification, error) {
 	var (
@@ -48,14 +48,15 @@ func scanNotification(sc interface{ Scan(...any) error }) (redrive.Notification,
 		key, stage, rClass, rError, runStatus, runReas sql.NullString
 		occurred, next, updated                        int64
 		status                                         string
+		callback                                       sql.NullString
 	)
 	err := sc.Scan(&n.ID, &n.DeliveryID, &n.Event, &n.Pipeline, &n.RunID, &itemID, &key, &stage, &rClass,
 		&rError, &rAttempts, &runStatus, &runReas, &occurred, &status, &n.Attempts, &n.RateLimitWaits,
-		&next, &n.Token, &n.LastError, &updated)
+		&next, &n.Token, &n.LastError, &updated, &callback)
 	if err != nil {
 		return n, err
 	}
-	n.ItemID, n.ItemKey, n.Stage = itemID.Int64, key.String, stage.String
+	n.ItemID, n.ItemKey, n.Stage, n.Callback = itemID.Int64, key.String, stage.String, callback.String
 	n.RunStatus, n.RunReason = redrive.RunStatus(runStatus.String), runReas.String
 	n.OccurredAt, n.NextAt, n.UpdatedAt = ntz(occurred), ntz(next), ntz(updated)
 	n.Status = redrive.NotificationStatus(status)
@@ -216,6 +217,52 @@ func (s *Store) RedriveNotifications(ctx context.Context, f redrive.Notification
 			next_at = ?, updated_at = ?, lease_owner = NULL
 			WHERE id IN (SELECT id FROM outbox WHERE `+where+lim+`)`,
 			append([]any{tnz(now), tnz(now)}, args...)...)
+		if err != nil {
+			return err
+		}
+		n, err = res.RowsAffected()
+		return err
+	})
+	return int(n), err
+}
+
+// CountNotifications counts the notifications of f's pipeline and event by
+// status.
+func (s *Store) CountNotifications(ctx context.Context, f redrive.NotificationFilter) (redrive.NotificationCounts, error) {
+	var c redrive.NotificationCounts
+	if err := f.Validate(); err != nil {
+		return c, fmt.Errorf("sqlite: count notifications: %w", err)
+	}
+	where, args := notificationWhere(redrive.NotificationFilter{Pipeline: f.Pipeline, Event: f.Event})
+	rows, err := s.r.QueryContext(ctx, `SELECT status, count(*) FROM outbox WHERE `+where+` GROUP BY status`, args...)
+	if err != nil {
+		return c, fmt.Errorf("sqlite: count notifications: %w", err)
+	}
+	defer rows.Close()
+	for rows.Next() {
+		var st string
+		var n int
+		if err := rows.Scan(&st, &n); err != nil {
+			return c, fmt.Errorf("sqlite: count notifications: %w", err)
+		}
+		c.Add(redrive.NotificationStatus(st), n)
+	}
+	if err := rows.Err(); err != nil {
+		return c, fmt.Errorf("sqlite: count notifications: %w", err)
+	}
+	return c, nil
+}
+
+// DeleteDelivered deletes up to limit notifications delivered before
+// before. A delivered row's updated_at is when it was delivered.
+func (s *Store) DeleteDelivered(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		return 0, nil
+	}
+	var n int64
+	err := s.writeTx(ctx, "delete delivered notifications", func(tx *sql.Tx) error {
+		res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE id IN (SELECT id FROM outbox
+			WHERE status = 'delivered' AND updated_at < ? ORDER BY id LIMIT ?)`, tnz(before), limit)
 		if err != nil {
 			return err
 		}

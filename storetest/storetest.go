@@ -100,7 +100,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"AuditLog", testAuditLog},
 		{"PauseStages", testPauseStages},
 		{"Timeline", testTimeline}, {"LeaseLoads", testLeaseLoads}, {"PauseReason", testPauseReason},
-		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery},
+		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery}, {"OutboxCallbacks", testOutboxCallbacks},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -27,6 +27,8 @@ func scopedOptions() web.Options {
 			{Name: "ops", Scopes: []web.Scope{web.ScopeRead, web.ScopeAdmin}, Secret: adminToken},
 		},
 		Pipelines: []web.PipelineRef{{Name: "docs", FirstStage: "fetch"}, {Name: "mail", FirstStage: "fetch"}},
+		// docs has a secret for callbacks, mail none.
+		CallbackSigned: func(p string) bool { return p == "docs" },
 	}
 }
 
@@ -173,6 +175,8 @@ func TestSubmitBadInput(t *testing.T) {
 		{"bad order_at", "/api/v1/runs", `{"pipeline":"docs","items":[{"input":1,"order_at":"yesterday"}]}`, 400, "items[0].order_at", "RFC 3339"},
 		{"bad callback", "/api/v1/runs", `{"pipeline":"docs","items":[{"input":1},{"input":1,"callback":"ftp://x"}]}`, 400, "items[1].callback", "http"},
 		{"callback with password", "/api/v1/runs", `{"pipeline":"docs","items":[{"input":1,"callback":"https://u:p@x.example/"}]}`, 400, "items[0].callback", "user information"},
+		{"unsigned callback", "/api/v1/runs", `{"pipeline":"mail","items":[{"input":1},{"input":1,"callback":"https://app.example/cb"}]}`, 400, "items[1].callback", `no secret signs the callbacks of pipeline "mail"`},
+		{"unsigned callback in path", "/api/v1/pipelines/mail/items", `{"items":[{"input":1,"callback":"https://app.example/cb"}]}`, 400, "items[0].callback", "callback-secret-file"},
 		{"too many items", "/api/v1/runs", `{"pipeline":"docs","items":[` + strings.Repeat(`{"input":1},`, 10) + `{"input":1}]}`, 400, "items", "at most 10"},
 		{"run in the run endpoint", fmt.Sprintf("/api/v1/runs/%d/items", f.docsRun), `{"run":"x","items":[]}`, 400, "run", "path"},
 		{"unknown run", "/api/v1/runs/9999/items", `{"items":[{"input":1}]}`, 404, "", "run 9999 does not exist"},

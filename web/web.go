@@ -56,6 +56,12 @@ type Options struct {
 	// Pipelines are the pipelines the submit endpoints accept items for;
 	// others get 404. Default none: every submit answers 404.
 	Pipelines []PipelineRef
+	// CallbackSigned reports whether a secret signs the callbacks of a
+	// pipeline's items (its webhook's, or a callback secret): an item
+	// submitted with a callback for a pipeline it rejects gets 400, since
+	// its receiver could not tell redrive from anyone else. Default nil:
+	// no pipeline accepts callbacks.
+	CallbackSigned func(pipeline string) bool
 	// MaxBodyBytes bounds request bodies; larger ones get 413.
 	// Default 1 MiB.
 	MaxBodyBytes int64
@@ -162,6 +168,8 @@ func (s *server) routes() []route {
 		{"POST /api/v1/dlq/redrive", ScopeAdmin, s.redrive},
 		{"POST /api/v1/dlq/purge", ScopeAdmin, s.purge},
 		{"GET /api/v1/stats", ScopeRead, s.stats},
+		{"GET /api/v1/outbox", ScopeRead, s.listOutbox},
+		{"POST /api/v1/outbox/redrive", ScopeAdmin, s.redriveOutbox},
 	}
 }
 

@@ -39,6 +39,7 @@ func newServeCmd() *cobra.Command {
 		pipelineDirs []string
 		workers      int
 		lease        time.Duration
+		callbackFile string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -60,6 +61,11 @@ names are.
 
 Items are accepted for the pipelines of --pipeline files and for those
 named with --accept NAME:FIRST_STAGE (worked by other processes).
+
+An item submitted with a callback URL is told of its end there, signed
+like a webhook: with its pipeline's webhook secret, else with the secret
+of --callback-secret-file (or REDRIVE_CALLBACK_SECRET). An item with a
+callback that no secret would sign is refused with 400.
 
 With --pipelines DIR_OR_FILES (or --pipeline FILE.yaml; both repeatable; a
 directory gives its *.yaml and *.yml files, a quoted glob its matches) serve
@@ -89,6 +95,7 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 	cmd.Flags().StringArrayVar(&pipelineDirs, "pipelines", nil, "also run workers for the YAML pipelines of this directory, glob or file (repeatable); SIGHUP reloads them")
 	cmd.Flags().IntVar(&workers, "workers", 0, "attempts running at once for --pipeline workers (default: the largest workers: of the files, else 16)")
 	cmd.Flags().DurationVar(&lease, "lease", 30*time.Second, "how long items and notifications claimed by a worker stay its own without a heartbeat: another worker takes over a crashed one's after this long")
+	cmd.Flags().StringVar(&callbackFile, "callback-secret-file", "", "file whose content signs item callbacks of pipelines without a webhook (env "+envCallbackSecret+")")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if lease < time.Second {
 			return flagErrorf("lease", "%s is too short: give 1s or more", lease)
@@ -106,6 +113,10 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 			token = os.Getenv(envAPIToken)
 		}
 		tokens, err := loadTokens(tokenFile)
+		if err != nil {
+			return err
+		}
+		callbackSecret, err := loadCallbackSecret(callbackFile)
 		if err != nil {
 			return err
 		}
@@ -149,17 +160,19 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 			// restart; their workers run at once.
 			refs = append(refs, web.Refs(set.pipelines...)...)
 		}
+		g := &workerGroup{store: s, workers: workers, lease: lease, logger: logger, observers: []func(redrive.Event){m.Observe},
+			callbackSecret: callbackSecret}
 		h := web.NewHandler(s, web.Options{
-			Token:     token,
-			Tokens:    tokens,
-			Pipelines: refs,
-			Metrics:   metricsHandler,
-			Observers: []func(redrive.Event){m.Observe},
-			Logger:    logger,
+			Token:          token,
+			Tokens:         tokens,
+			Pipelines:      refs,
+			CallbackSigned: g.callbackSigned,
+			Metrics:        metricsHandler,
+			Observers:      []func(redrive.Event){m.Observe},
+			Logger:         logger,
 		})
 
 		if set != nil {
-			g := &workerGroup{store: s, workers: workers, lease: lease, logger: logger, observers: []func(redrive.Event){m.Observe}}
 			if err := g.start(set); err != nil {
 				return fmt.Errorf("serve: %w", err)
 			}

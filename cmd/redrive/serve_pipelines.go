@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redrive/redrive"
@@ -135,6 +136,11 @@ type workerGroup struct {
 	lease     time.Duration
 	logger    *slog.Logger
 	observers []func(redrive.Event)
+	// callbackSecret signs the callbacks of pipelines without a webhook;
+	// nil: only those of pipelines with one are signed (and accepted).
+	callbackSecret []byte
+	// hooked holds the pipelines with a webhook in the running set.
+	hooked atomic.Pointer[map[string]bool]
 
 	mu      sync.Mutex
 	current *pipelineSet
@@ -159,14 +165,17 @@ func (g *workerGroup) start(set *pipelineSet) error {
 		}
 	}
 	var del *redrive.Deliverer
-	if len(set.hooks) > 0 {
+	if len(set.hooks) > 0 || len(g.callbackSecret) > 0 {
 		ob, ok := g.store.(redrive.Outbox)
 		if !ok {
 			return errors.New("the database keeps no outbox: webhooks need the SQLite or PostgreSQL store")
 		}
 		var err error
-		del, err = redrive.NewDeliverer(ob, redrive.DelivererConfig{Webhooks: set.hooks, Logger: g.logger,
-			LeaseDuration: g.lease, Owner: delivererOwner()})
+		cfg := redrive.DelivererConfig{Webhooks: set.hooks, Logger: g.logger, LeaseDuration: g.lease, Owner: delivererOwner()}
+		if len(g.callbackSecret) > 0 {
+			cfg.CallbackPipelines, cfg.CallbackSecret = set.names(), g.callbackSecret
+		}
+		del, err = redrive.NewDeliverer(ob, cfg)
 		if err != nil {
 			return err
 		}
@@ -180,6 +189,11 @@ func (g *workerGroup) start(set *pipelineSet) error {
 		return fmt.Errorf("start workers: %w", err)
 	}
 	g.client, g.current = c, set
+	hooked := make(map[string]bool, len(set.hooks))
+	for _, h := range set.hooks {
+		hooked[h.Pipeline] = true
+	}
+	g.hooked.Store(&hooked)
 	if del != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})

@@ -9,11 +9,22 @@
 // Idempotency-Key, so a retry never adds an item twice. See docs/api.md and
 // docs/openapi.yaml.
 //
+// Webhooks and item callbacks are received by WebhookReceiver, which
+// verifies each request's Redrive-Signature (HMAC-SHA256 over the timestamp,
+// a "." and the raw body, within a tolerance) and deduplicates by the
+// Redrive-Delivery ID, since delivery is at least once:
+//
+//   const rx = await new WebhookReceiver(process.env.REDRIVE_CALLBACK_SECRET).start();
+//   await client.submit("summarize", [{ input: {...}, callback: rx.url }]);
+//
 // Run as a program, it submits --count demo items to --pipeline, submits the
 // same batch again (as a client that lost the first answer would), waits for
-// every item and prints a JSON summary on stdout.
+// every item and prints a JSON summary on stdout. With --callback-secret-env
+// it also receives the items' callbacks, and shows that a replayed delivery
+// is deduplicated and a tampered one refused.
 
-import { randomUUID } from "node:crypto";
+import { createHmac, randomUUID, timingSafeEqual } from "node:crypto";
+import { createServer } from "node:http";
 import { parseArgs } from "node:util";
 import { setTimeout as sleep } from "node:timers/promises";
 
@@ -96,10 +107,121 @@ export class Client {
   }
 }
 
-// Webhook receiver: notifications of dead and succeeded items (signed with
-// HMAC-SHA256) arrive with the webhook outbox, which this server version does
-// not have yet. Until then, poll with Client.wait. The receiver and its
-// signature check belong here.
+export class SignatureError extends Error {}
+
+// verifySignature checks a Redrive-Signature header ("t=UNIX,v1=HEX[,v1=HEX]")
+// against the raw body, as redrive.VerifySignature does: one v1 must be the
+// HMAC-SHA256 of t + "." + body keyed with secret (compared in constant
+// time), and t within toleranceSec of now. Throws SignatureError.
+export function verifySignature(secret, header, body, { now = Date.now() / 1000, toleranceSec = 300 } = {}) {
+  let ts = null;
+  const sigs = [];
+  for (const part of (header ?? "").split(",")) {
+    const eq = part.indexOf("=");
+    if (eq < 0) throw new SignatureError(`malformed signature: ${JSON.stringify(part)} is not key=value`);
+    const k = part.slice(0, eq).trim();
+    const v = part.slice(eq + 1).trim();
+    if (k === "t") ts = v;
+    else if (k === "v1") sigs.push(v);
+  }
+  if (ts === null || !/^-?\d+$/.test(ts) || sigs.length === 0) throw new SignatureError("malformed signature: want t=UNIX,v1=HEX");
+  const want = createHmac("sha256", secret).update(`${ts}.`).update(body).digest();
+  const ok = sigs.some((s) => {
+    const got = Buffer.from(s, "hex");
+    return got.length === want.length && timingSafeEqual(got, want);
+  });
+  if (!ok) throw new SignatureError("signature does not match");
+  if (Math.abs(now - Number(ts)) > toleranceSec) throw new SignatureError("signature timestamp outside the tolerance");
+}
+
+// WebhookReceiver is an HTTP server on loopback that receives redrive
+// webhooks and item callbacks: it verifies every request (401 when it does
+// not verify), answers 200 to each delivery once received, and keeps each
+// notification once, by delivery ID.
+export class WebhookReceiver {
+  static MAX_BODY = 1 << 20;
+
+  constructor(secret, { host = "127.0.0.1", port = 0, toleranceSec = 300 } = {}) {
+    Object.assign(this, { secret, host, port, toleranceSec });
+    this.deliveries = new Map(); // delivery ID -> parsed body
+    this.duplicates = 0;
+    this.rejected = 0;
+    this.raw = []; // { headers, body } of verified requests, for the demo
+    this.waiters = [];
+    this.server = createServer((req, res) => this.handle(req, res));
+  }
+
+  handle(req, res) {
+    const chunks = [];
+    let size = 0;
+    req.on("data", (c) => {
+      size += c.length;
+      if (size > WebhookReceiver.MAX_BODY) {
+        res.writeHead(413).end();
+        req.destroy();
+        return;
+      }
+      chunks.push(c);
+    });
+    req.on("end", () => {
+      const body = Buffer.concat(chunks);
+      try {
+        verifySignature(this.secret, req.headers["redrive-signature"], body, { toleranceSec: this.toleranceSec });
+      } catch (e) {
+        if (!(e instanceof SignatureError)) throw e;
+        this.rejected++;
+        res.writeHead(401).end();
+        return;
+      }
+      const id = req.headers["redrive-delivery"] ?? "";
+      if (this.deliveries.has(id)) {
+        this.duplicates++;
+      } else {
+        this.deliveries.set(id, JSON.parse(body));
+        this.raw.push({ headers: req.headers, body });
+        this.waiters = this.waiters.filter((w) => !w());
+      }
+      res.writeHead(200).end();
+    });
+  }
+
+  get url() {
+    const { address, port } = this.server.address();
+    return `http://${address}:${port}/redrive`;
+  }
+
+  start() {
+    return new Promise((resolve) => this.server.listen(this.port, this.host, () => resolve(this)));
+  }
+
+  // wait resolves with the notifications once n distinct ones arrived.
+  wait(n, { timeoutMs = 60000 } = {}) {
+    return new Promise((resolve, reject) => {
+      const timer = setTimeout(() => reject(new Error(`${this.deliveries.size} of ${n} notifications arrived`)), timeoutMs);
+      const check = () => {
+        if (this.deliveries.size < n) return false;
+        clearTimeout(timer);
+        resolve([...this.deliveries.values()]);
+        return true;
+      };
+      if (!check()) this.waiters.push(check);
+    });
+  }
+
+  close() {
+    return new Promise((resolve) => {
+      this.server.close(() => resolve());
+      this.server.closeAllConnections(); // the sender's idle keep-alive ones
+    });
+  }
+}
+
+// postRaw POSTs a body with headers as given and returns the status code.
+async function postRaw(url, headers, body) {
+  const resp = await fetch(url, { method: "POST", headers, body });
+  await resp.arrayBuffer();
+  return resp.status;
+}
 
 async function main() {
   const { values } = parseArgs({
@@ -109,11 +231,22 @@ async function main() {
       pipeline: { type: "string" },
       run: { type: "string", default: "node-demo" },
       count: { type: "string", default: "10" },
+      "die-every": { type: "string", default: "0" },
+      "callback-secret-env": { type: "string", default: "" },
     },
   });
   if (!values.pipeline) throw new Error("--pipeline is required");
   const client = new Client(values.url, { token: process.env[values["token-env"]] ?? "" });
+  const dieEvery = Number(values["die-every"]);
   const items = Array.from({ length: Number(values.count) }, (_, i) => ({ key: `node-${i}`, input: { n: i, from: "node" } }));
+  for (const [i, it] of items.entries()) {
+    if (dieEvery && i % dieEvery === 0) it.input.die = true;
+  }
+  let rx = null;
+  if (values["callback-secret-env"]) {
+    rx = await new WebhookReceiver(process.env[values["callback-secret-env"]]).start();
+    for (const it of items) it.callback = rx.url;
+  }
   const key = randomUUID();
   const first = await client.submit(values.pipeline, items, { run: values.run, idempotencyKey: key });
   const retry = await client.submit(values.pipeline, items, { run: values.run, idempotencyKey: key });
@@ -131,7 +264,29 @@ async function main() {
     if (!(e instanceof APIError)) throw e;
     unknown = { status: e.status, field: e.field };
   }
+  let webhooks = null;
+  if (rx) {
+    const got = await rx.wait(states.dead ?? 0);
+    const { headers, body } = rx.raw[0];
+    const sent = {};
+    for (const [k, v] of Object.entries(headers)) {
+      if (k.startsWith("redrive-") || k === "content-type") sent[k] = v;
+    }
+    const replay = await postRaw(rx.url, sent, body); // a redelivery: accepted, kept once
+    const tampered = await postRaw(rx.url, sent, Buffer.from(body.toString().replace('"item.dead"', '"item.succeeded"')));
+    webhooks = {
+      received: rx.deliveries.size,
+      events: [...new Set(got.map((n) => n.event))].sort(),
+      dead_keys: [...rx.deliveries.values()].map((n) => n.item.key).sort(),
+      duplicates: rx.duplicates,
+      rejected: rx.rejected,
+      replay_status: replay,
+      tampered_status: tampered,
+    };
+    await rx.close();
+  }
   console.log(JSON.stringify({
+    webhooks,
     run_id: first.run.id,
     added: first.added,
     existing_on_retry: retry.existing,

@@ -9,15 +9,29 @@ A submit is retried on connection errors, 429 and 5xx with the same
 Idempotency-Key, so a retry never adds an item twice. See docs/api.md and
 docs/openapi.yaml.
 
+Webhooks and item callbacks are received by WebhookReceiver, which
+verifies each request's Redrive-Signature (HMAC-SHA256 over the timestamp,
+a '.' and the raw body, within a tolerance) and deduplicates by the
+Redrive-Delivery ID, since delivery is at least once:
+
+    rx = WebhookReceiver(os.environ["REDRIVE_CALLBACK_SECRET"].encode()).start()
+    client.submit("summarize", [{"input": {...}, "callback": rx.url}])
+
 Run as a program, it submits --count demo items to --pipeline, submits the
 same batch again (as a client that lost the first answer would), waits for
-every item and prints a JSON summary on stdout.
+every item and prints a JSON summary on stdout. With --callback-secret-env
+it also receives the items' callbacks, and shows that a replayed delivery
+is deduplicated and a tampered one refused.
 """
 
 import argparse
+import hashlib
+import hmac
+import http.server
 import json
 import os
 import sys
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -102,10 +116,114 @@ class Client:
             time.sleep(interval)
 
 
-# Webhook receiver: notifications of dead and succeeded items (signed with
-# HMAC-SHA256) arrive with the webhook outbox, which this server version does
-# not have yet. Until then, poll with Client.wait. The receiver and its
-# signature check belong here.
+class SignatureError(Exception):
+    """A webhook request whose Redrive-Signature does not verify."""
+
+
+def verify_signature(secret, header, body, now=None, tolerance=300.0):
+    """Checks a Redrive-Signature header ("t=UNIX,v1=HEX[,v1=HEX]") against
+    the raw body, as redrive.VerifySignature does: one v1 must be the
+    HMAC-SHA256 of t + "." + body keyed with secret (compared in constant
+    time), and t within tolerance seconds of now. Raises SignatureError."""
+    ts, sigs = None, []
+    for part in (header or "").split(","):
+        k, sep, v = part.strip().partition("=")
+        if not sep:
+            raise SignatureError(f"malformed signature: {part!r} is not key=value")
+        if k == "t":
+            ts = v
+        elif k == "v1":
+            sigs.append(v)
+    if ts is None or not ts.lstrip("-").isdigit() or not sigs:
+        raise SignatureError("malformed signature: want t=UNIX,v1=HEX")
+    want = hmac.new(secret, ts.encode() + b"." + body, hashlib.sha256).hexdigest()
+    if not any(hmac.compare_digest(want, s.lower()) for s in sigs):
+        raise SignatureError("signature does not match")
+    now = time.time() if now is None else now
+    if abs(now - int(ts)) > tolerance:
+        raise SignatureError("signature timestamp outside the tolerance")
+
+
+class WebhookReceiver:
+    """An HTTP server on loopback that receives redrive webhooks and item
+    callbacks: it verifies every request (401 when it does not verify),
+    answers 200 to each delivery ID once received, and keeps each
+    notification once, by delivery ID."""
+
+    MAX_BODY = 1 << 20
+
+    def __init__(self, secret, host="127.0.0.1", port=0, tolerance=300.0):
+        self.secret, self.tolerance = secret, tolerance
+        self.deliveries = {}  # delivery ID -> parsed body
+        self.duplicates = 0
+        self.rejected = 0
+        self.raw = []  # (headers, body) of verified requests, for the demo
+        self._cond = threading.Condition()
+        rx = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            def do_POST(self):
+                n = int(self.headers.get("Content-Length") or 0)
+                if n > rx.MAX_BODY:
+                    self.send_response(413)
+                    self.end_headers()
+                    return
+                body = self.rfile.read(n)
+                code = rx._receive(self.headers, body)
+                self.send_response(code)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        self._server = http.server.ThreadingHTTPServer((host, port), Handler)
+
+    def _receive(self, headers, body):
+        try:
+            verify_signature(self.secret, headers.get("Redrive-Signature"), body, tolerance=self.tolerance)
+        except SignatureError:
+            with self._cond:
+                self.rejected += 1
+            return 401
+        delivery = headers.get("Redrive-Delivery", "")
+        with self._cond:
+            if delivery in self.deliveries:
+                self.duplicates += 1
+            else:
+                self.deliveries[delivery] = json.loads(body)
+                self.raw.append(({k: v for k, v in headers.items()}, body))
+            self._cond.notify_all()
+        return 200
+
+    @property
+    def url(self):
+        host, port = self._server.server_address[:2]
+        return f"http://{host}:{port}/redrive"
+
+    def start(self):
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+        return self
+
+    def wait(self, n, timeout=60.0):
+        """Waits until n distinct notifications arrived; returns them."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: len(self.deliveries) >= n, timeout):
+                raise TimeoutError(f"{len(self.deliveries)} of {n} notifications arrived")
+            return list(self.deliveries.values())
+
+    def close(self):
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def post_raw(url, headers, body):
+    """POSTs a body with headers as given; returns the status code."""
+    req = urllib.request.Request(url, data=body, method="POST", headers=headers)
+    try:
+        with urllib.request.urlopen(req, timeout=10) as resp:
+            return resp.status
+    except urllib.error.HTTPError as e:
+        return e.code
 
 
 def main():
@@ -115,10 +233,20 @@ def main():
     ap.add_argument("--pipeline", required=True)
     ap.add_argument("--run", default="python-demo")
     ap.add_argument("--count", type=int, default=10)
+    ap.add_argument("--die-every", type=int, default=0, help='mark every Nth item (0, N, 2N...) with "die": true')
+    ap.add_argument("--callback-secret-env", default="", help="environment variable holding the callback secret: receive callbacks")
     args = ap.parse_args()
 
     client = Client(args.url, token=os.environ.get(args.token_env, ""))
     items = [{"key": f"py-{i}", "input": {"n": i, "from": "python"}} for i in range(args.count)]
+    for i, it in enumerate(items):
+        if args.die_every and i % args.die_every == 0:
+            it["input"]["die"] = True
+    rx = None
+    if args.callback_secret_env:
+        rx = WebhookReceiver(os.environ[args.callback_secret_env].encode()).start()
+        for it in items:
+            it["callback"] = rx.url
     key = str(uuid.uuid4())
     first = client.submit(args.pipeline, items, run=args.run, idempotency_key=key)
     retry = client.submit(args.pipeline, items, run=args.run, idempotency_key=key)
@@ -133,7 +261,25 @@ def main():
         unknown = None
     except APIError as e:
         unknown = {"status": e.status, "field": e.field}
+    webhooks = None
+    if rx is not None:
+        got = rx.wait(states.get("dead", 0))
+        headers, body = rx.raw[0]
+        sent = {k: v for k, v in headers.items() if k.lower().startswith("redrive-") or k.lower() == "content-type"}
+        replay = post_raw(rx.url, sent, body)  # a redelivery: accepted, kept once
+        tampered = post_raw(rx.url, sent, body.replace(b'"item.dead"', b'"item.succeeded"'))
+        webhooks = {
+            "received": len(rx.deliveries),
+            "events": sorted({n["event"] for n in got}),
+            "dead_keys": sorted(n["item"]["key"] for n in rx.deliveries.values()),
+            "duplicates": rx.duplicates,
+            "rejected": rx.rejected,
+            "replay_status": replay,
+            "tampered_status": tampered,
+        }
+        rx.close()
     json.dump({
+        "webhooks": webhooks,
         "run_id": first["run"]["id"],
         "added": first["added"],
         "existing_on_retry": retry["existing"],
