@@ -33,7 +33,6 @@ type retryNowRequest struct {
 	DryRun bool `json:"dry_run"`
 }
 
-
 // POST /api/v1/items/cancel: the pending items the filter selects
 // (waiting on a backoff or due) are canceled with the reason. Running
 // items finish their attempt and are left alone.
