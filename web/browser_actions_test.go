@@ -32,7 +32,7 @@ func waitingRun(t *testing.T, f *fixture, p string, n int) int64 {
 // in real Chromium: a token without the admin scope is refused (API 403,
 // the page says so) and changes nothing; cancel pending shows its dry-run
 // count before it changes anything; retry now makes waiting items due
-// with their attempts kept; a per-item redrive; the audit marks on the
+// with their attempts kept; a per-item redrive and purge; the audit marks on the
 // items' timelines; pages both ways; and no raw store error on a page.
 func TestBrowserActions(t *testing.T) {
 	ctx := browser(t)
@@ -170,12 +170,29 @@ func TestBrowserActions(t *testing.T) {
 		t.Errorf("%d dead items of the docs run, want 59: the redrive of one item changed others", n)
 	}
 
-	// Pages both ways: 59 dead items, 50 on a page.
+	// Purge one item from its page: the console goes to its run.
+	gone := f.byKey(t, "docs-008")
+	err = chromedp.Do(ctx,
+		chromedp.Navigate(fmt.Sprintf("%s/#/items/%d", srv.URL, gone.ID)),
+		textContains("main", "Reason: final"),
+		chromedp.Click("#item-purge"),
+		textContains("dialog", "cannot be undone"),
+		chromedp.Click(`dialog button[value="confirm"]`),
+		textContains("h1", fmt.Sprintf("Run #%d", f.docsRun)),
+	)
+	if err != nil {
+		t.Fatalf("purge one item: %v", err)
+	}
+	if _, err := f.store.GetItem(bg, gone.ID); err == nil {
+		t.Errorf("item %d still exists after its purge", gone.ID)
+	}
+
+	// Pages both ways: 58 dead items, 50 on a page.
 	err = chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/#/dlq?pipeline=docs"),
 		textContains("#dlq-total", "showing 50 on this page"),
 		chromedp.Click("#next-page"),
-		textContains("#dlq-total", "showing 9 on this page"),
+		textContains("#dlq-total", "showing 8 on this page"),
 		chromedp.Click("#prev-page"),
 		textContains("#dlq-total", "showing 50 on this page"),
 		chromedp.WaitNotPresent("#prev-page"),

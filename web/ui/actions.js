@@ -68,8 +68,10 @@ function requestOf(f) {
 
 const items = (n) => n + (n === 1 ? " item" : " items");
 
-// act runs one action: the dry run, the confirmation, then the write.
-async function act(what, path, body, describe) {
+// act runs one action: the dry run, the confirmation, then the write;
+// then, when set, is the view to show after a write that succeeded (the
+// run of a purged item, whose own page is gone).
+async function act(what, path, body, describe, then) {
   const status = document.getElementById("action-status");
   window.redriveBusy = true;
   try {
@@ -90,13 +92,18 @@ async function act(what, path, body, describe) {
     status.textContent = what[0].toUpperCase() + what.slice(1) + ": " + done.count + (done.count === 1 ? " item." : " items.") +
       (done.warning ? " " + done.warning : "");
     status.dataset.done = what;
+    if (then) {
+      location.hash = then;
+      return;
+    }
   } catch (e) {
     status.textContent = "Error: " + e.message;
   } finally {
     window.redriveBusy = false;
   }
   await route();
-  document.getElementById("action-status").textContent = status.textContent;
+  const shown = document.getElementById("action-status");
+  if (shown) shown.textContent = status.textContent;
 }
 
 // actionBar offers the actions on everything the filter f selects in
@@ -173,7 +180,7 @@ function itemActionBar(it, attempts) {
       act("redrive", "/dlq/redrive", r, () => "Item #" + it.id + " goes back to pending at stage " + (r.from_stage || it.stage) + ", due now.");
     });
     button("item-purge", "Purge…", () => act("purge", "/dlq/purge", body,
-      () => "Item #" + it.id + " is deleted with its attempts. This cannot be undone."));
+      () => "Item #" + it.id + " is deleted with its attempts. This cannot be undone.", "#/runs/" + it.run_id));
   } else if (it.state === "pending") {
     const reason = el("input", { id: "item-cancel-reason", size: 24, placeholder: "reason" });
     buttons.push(el("label", { for: "item-cancel-reason" }, "reason "), reason, " ");
