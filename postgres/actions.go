@@ -57,8 +57,11 @@ func (s *Store) MarkItems(ctx context.Context, actionID int64, f redrive.ItemFil
 	}
 	var a args
 	act := a.add(actionID)
-	tag, err := s.pool.Exec(ctx, `INSERT INTO `+s.q+`.action_items (item_id, action_id)
-		SELECT id, `+act+`::bigint FROM `+s.q+`.items WHERE `+itemWhere(f, &a)+` ORDER BY id`+limitClause(&a, f.Limit)+`
+	sel := `SELECT id, ` + act + `::bigint FROM ` + s.q + `.items WHERE ` + itemWhere(f, &a)
+	if f.Limit > 0 {
+		sel += ` ORDER BY id` + limitClause(&a, f.Limit)
+	}
+	tag, err := s.pool.Exec(ctx, `INSERT INTO `+s.q+`.action_items (item_id, action_id) `+sel+`
 		ON CONFLICT DO NOTHING`, a...)
 	if err != nil {
 		return 0, s.fail("mark items", err)

@@ -143,3 +143,37 @@ func testActionMarks(h *h) {
 		h.Errorf("ItemActions(timeout) after another item's purge = %+v, %v", acts, err)
 	}
 }
+
+// testRetryNowIsReady: an item retried now joins the ready items that
+// claims walk at once, rather than waiting behind a backlog of due items
+// still to be promoted (migration 0005): the next claim takes it first by
+// its priority, though more than one promotion batch of lower-priority
+// items became due before it.
+func testRetryNowIsReady(h *h) {
+	r := h.run("p", "")
+	const backlog = 2100 // more than one claim's promotion batch
+	t0 := Base
+	items := make([]redrive.NewItem, backlog+1)
+	items[backlog].Priority = 5
+	enqueued := h.enqueue(r, "a", t0, items...)
+	urgent := enqueued[backlog]
+	ls := h.claimAll("p", t0)
+	if len(ls) != backlog+1 {
+		h.Fatalf("claimed %d of %d", len(ls), backlog+1)
+	}
+	cs := make([]redrive.Completion, len(ls))
+	for i, l := range ls {
+		next := t0.Add(30 * time.Second)
+		if l.Item.ID == urgent {
+			next = t0.Add(time.Hour)
+		}
+		cs[i] = retry(l, t0, next, "503")
+	}
+	h.complete(cs...)
+	now := t0.Add(time.Minute)
+	if n, err := h.s.RetryNow(h.ctx, redrive.ItemFilter{IDs: []int64{urgent}}, now); err != nil || n != 1 {
+		h.Fatalf("RetryNow(urgent) = %d, %v", n, err)
+	}
+	got := h.claim(redrive.ClaimRequest{Pipelines: []string{"p"}, Limit: 1, Now: now})
+	h.equalIDs("the first claim after RetryNow", ids(got), []int64{urgent})
+}

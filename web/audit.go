@@ -128,7 +128,10 @@ func (a *auditedAction) end(s *server, r *http.Request, n int, actErr error) str
 	}
 	detail := a.detail
 	if actErr != nil {
-		n, detail = 0, strings.TrimSpace("failed "+detail)
+		n, detail = 0, "failed"
+		if a.detail != "" {
+			detail += ": " + a.detail
+		}
 	}
 	// The request's context may be gone with its client; the action is
 	// done and its record must say so.
