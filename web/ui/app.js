@@ -229,7 +229,7 @@ async function viewItem(id) {
     a.error ? el("div", { class: "error" }, a.error) : null)]);
   const marks = (d.actions || []).map((a) => [a.at, el("li", { class: "mark" },
     el("div", {}, el("b", {}, (marked[a.kind] || a.kind) + " by " + a.actor + " at " + time(a.at))),
-    el("div", { class: "muted" }, (a.detail ? a.detail + " · " : "") + "one of " + a.count + (a.count === 1 ? " item · " : " items · "),
+    el("div", { class: "muted" }, (a.detail ? a.detail + " · " : "") + (a.count > 1 ? "one of " + a.count + " items · " : ""),
       link("#/audit", "audit log")))]);
   const timeline = [...attempts, ...marks].sort((x, y) => new Date(x[0]) - new Date(y[0])).map((x) => x[1]);
   return [
