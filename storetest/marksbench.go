@@ -64,4 +64,3 @@ func BenchmarkMarks(b *testing.B, s redrive.Store, n int) {
 	b.ReportMetric(float64(markCancel)/float64(cancel), "mark/cancel")
 	b.ReportMetric(float64(markRedrive)/float64(redriveT), "mark/redrive")
 }
-
