@@ -46,6 +46,9 @@ type Console interface {
 	// failures selected, read from an index, not with the number of
 	// distinct messages.
 	FailureGroups(ctx context.Context, f ItemFilter) ([]ErrorGroup, error)
+
+	// ActionMarks links audit log entries to the items they changed.
+	ActionMarks
 }
 
 // ErrorGroups groups the failures selected by f by cause, as the store's

@@ -17,7 +17,7 @@ func KnownClasses() []string {
 // FilterError is a filter field that names something that does not exist.
 // It wraps ErrBadFilter.
 type FilterError struct {
-	// Field is the filter's field: "pipeline", "stage" or "class", or
+	// Field is the filter's field: "pipeline", "stage", "class" or "key", or
 	// "from_stage" for a redrive from a stage the items did not reach.
 	Field string
 	// Msg says what is wrong and what exists.
@@ -36,8 +36,8 @@ func badFilter(field, format string, args ...any) error {
 
 // CheckFilter reports a filter that names something that does not exist,
 // so that a typo is an error rather than "no items match": a run that does
-// not exist (the error wraps ErrNotFound), or a pipeline, stage or class
-// that no item has (a *FilterError, which lists what exists).
+// not exist (the error wraps ErrNotFound), or a pipeline, stage, class or
+// key that no item has (a *FilterError, which lists what exists).
 // A class outside KnownClasses is accepted when some dead or canceled item
 // has it.
 func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
@@ -74,6 +74,15 @@ func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
 		scope := ItemFilter{RunID: f.RunID, Pipeline: f.Pipeline}
 		if err := checkStage(ctx, s, scope, f.Stage); err != nil {
 			return err
+		}
+	}
+	if f.Key != "" {
+		n, err := s.Count(ctx, ItemFilter{RunID: f.RunID, Pipeline: f.Pipeline, Key: f.Key, Limit: 1})
+		if err != nil {
+			return fmt.Errorf("redrive: check key: %w", err)
+		}
+		if n == 0 {
+			return badFilter("key", "unknown key %q: no item has it", f.Key)
 		}
 	}
 	return nil

@@ -63,6 +63,11 @@ type Store interface {
 	// CancelPending cancels the pending items selected by f with reason r
 	// and returns how many it canceled.
 	CancelPending(ctx context.Context, f ItemFilter, r Reason) (int, error)
+	// RetryNow makes the pending items selected by f that are waiting (due
+	// after now, on a backoff or a rate limit) due at now, ready to be
+	// claimed at once, and returns how many it changed. Attempt counters
+	// are kept: it neither spends nor resets an attempt.
+	RetryNow(ctx context.Context, f ItemFilter, now time.Time) (int, error)
 
 	// GetItem returns one item.
 	GetItem(ctx context.Context, id int64) (Item, error)
@@ -257,6 +262,13 @@ type ItemFilter struct {
 	Pipeline string
 	Stage    string
 	States   []State
+	// Key selects the item submitted with this key (unique per pipeline).
+	// Default "": any key.
+	Key string
+	// DueAfter, when not zero, selects only items due after it: pending
+	// items waiting on a backoff or a rate limit at that time. Default:
+	// any due time.
+	DueAfter time.Time
 	// Class matches the reason's class of dead and canceled items.
 	Class string
 	// ErrorContains matches a substring of the reason's error, ignoring

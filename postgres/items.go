@@ -99,6 +99,12 @@ func itemWhere(f redrive.ItemFilter, a *args) string {
 	} else if len(f.States) > 1 {
 		conds = append(conds, "state = ANY("+a.add(statesText(f.States))+"::text[])")
 	}
+	if f.Key != "" {
+		conds = append(conds, "key = "+a.add(f.Key))
+	}
+	if !f.DueAfter.IsZero() {
+		conds = append(conds, "next_at > "+a.add(f.DueAfter))
+	}
 	if f.Class != "" {
 		conds = append(conds, "reason_class = "+a.add(f.Class))
 	}

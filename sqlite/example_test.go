@@ -109,6 +109,7 @@ func ExampleStore_MigrationStatus() {
 	// 0009 outbox applied: true
 	// 0010 triggers applied: true
 	// 0011 callbacks applied: true
+	// 0012 action_items applied: true
 	// 0013 views applied: true
 	// 0014 fingerprints applied: true
 	// 0016 retained applied: true

@@ -53,6 +53,14 @@ func itemWhere(f redrive.ItemFilter) (string, []any) {
 		// uses a partial index only for a query that states its condition.
 		where = append(where, dlqCondition)
 	}
+	if f.Key != "" {
+		where = append(where, "key = ?")
+		args = append(args, f.Key)
+	}
+	if !f.DueAfter.IsZero() {
+		where = append(where, "next_at > ?")
+		args = append(args, f.DueAfter.UnixNano())
+	}
 	if f.Class != "" {
 		where = append(where, "reason_class = ?")
 		args = append(args, f.Class)

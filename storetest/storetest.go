@@ -98,6 +98,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"RateLimitedWaits", testRateLimitedWaits},
 		{"ErrorGroups", testErrorGroups}, {"StoredFingerprints", testStoredFingerprints},
 		{"AuditLog", testAuditLog},
+		{"RetryNow", testRetryNow}, {"RetryNowIsReady", testRetryNowIsReady}, {"FilterKey", testFilterKey}, {"ActionMarks", testActionMarks},
 		{"PauseStages", testPauseStages},
 		{"Timeline", testTimeline}, {"LeaseLoads", testLeaseLoads}, {"PauseReason", testPauseReason},
 		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery}, {"OutboxCallbacks", testOutboxCallbacks},

@@ -233,7 +233,8 @@ func (s *server) decodeBodyMax(w http.ResponseWriter, r *http.Request, v any, li
 		var te *json.UnmarshalTypeError
 		switch {
 		case errors.As(err, &te) && te.Field != "":
-			return badField(te.Field, "must be a JSON %s", te.Type)
+			// Fields of the embedded filterBody are named as the body has them.
+			return badField(strings.TrimPrefix(te.Field, "filterBody."), "must be a JSON %s", te.Type)
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 			return badField(f, "unknown field")
@@ -339,7 +340,7 @@ func nonNil[T any](s *[]T) {
 	}
 }
 
-var itemParams = []string{"run", "pipeline", "stage", "state", "class", "error_contains", "fingerprint", "since", "until", "limit", "cursor"}
+var itemParams = []string{"run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "since", "until", "limit", "cursor"}
 
 // itemFilter reads the item filter parameters shared by /items and /dlq.
 func (s *server) itemFilter(q *query) redrive.ItemFilter {
@@ -347,6 +348,7 @@ func (s *server) itemFilter(q *query) redrive.ItemFilter {
 		RunID:         q.id("run"),
 		Pipeline:      q.str("pipeline"),
 		Stage:         q.str("stage"),
+		Key:           q.str("key"),
 		States:        q.states("state"),
 		Class:         q.str("class"),
 		ErrorContains: q.str("error_contains"),
@@ -443,6 +445,9 @@ type itemDetail struct {
 	// it is JSON; item.payload holds it in base64 either way.
 	Output   json.RawMessage   `json:"output,omitempty"`
 	Attempts []redrive.Attempt `json:"attempts"`
+	// Actions are the audit log's actions that changed the item (a
+	// redrive, a cancel, a retry now), oldest first.
+	Actions []redrive.AuditAction `json:"actions"`
 }
 
 // GET /api/v1/items/{id}
@@ -465,8 +470,14 @@ func (s *server) getItem(w http.ResponseWriter, r *http.Request) {
 		s.fail(w, r, "get item", err)
 		return
 	}
+	acts, err := s.store.ItemActions(r.Context(), id)
+	if err != nil {
+		s.fail(w, r, "get item", err)
+		return
+	}
 	nonNil(&atts)
-	d := itemDetail{Item: it, Attempts: atts}
+	nonNil(&acts)
+	d := itemDetail{Item: it, Attempts: atts, Actions: acts}
 	if it.State == redrive.StateSucceeded && json.Valid(it.Payload) {
 		d.Output = it.Payload
 	}
@@ -527,11 +538,12 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) {
 // attempt history (redrive.ExportRecord). limit bounds the total
 // (default: everything); there is no cursor.
 func (s *server) exportDLQ(w http.ResponseWriter, r *http.Request) {
-	q := newQuery(r, "run", "pipeline", "stage", "state", "class", "error_contains", "since", "until", "limit")
+	q := newQuery(r, "run", "pipeline", "stage", "key", "state", "class", "error_contains", "since", "until", "limit")
 	f := redrive.ItemFilter{
 		RunID:         q.id("run"),
 		Pipeline:      q.str("pipeline"),
 		Stage:         q.str("stage"),
+		Key:           q.str("key"),
 		States:        dlqStates(q, q.states("state")),
 		Class:         q.str("class"),
 		ErrorContains: q.str("error_contains"),
@@ -566,29 +578,31 @@ func (s *server) exportDLQ(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
-// dlqRequest is the body of POST /api/v1/dlq/redrive and /purge.
-type dlqRequest struct {
+// maxActionIDs bounds the ids of one action request (the item page acts
+// on one item; a list of IDs is for scripts).
+const maxActionIDs = 1000
+
+// filterBody is the item filter of the bodies of the write endpoints, as
+// the list endpoints read it from the URL.
+type filterBody struct {
 	Run           int64           `json:"run"`
 	Pipeline      string          `json:"pipeline"`
 	Stage         string          `json:"stage"`
+	Key           string          `json:"key"`
 	States        []redrive.State `json:"states"`
 	Class         string          `json:"class"`
 	ErrorContains string          `json:"error_contains"`
 	Since         string          `json:"since"`
 	Until         string          `json:"until"`
 	Limit         int             `json:"limit"`
-	DryRun        bool            `json:"dry_run"`
-	// Rate is for redrive only: items per second, 0 = all due now.
-	Rate float64 `json:"rate"`
-	// FromStage is for redrive only: restart the items at this earlier
-	// stage with the input it had (redrive.RedriveOptions.FromStage).
-	FromStage string `json:"from_stage"`
-	// All must be true for a purge without any filter field.
-	All bool `json:"all"`
+	// IDs, when set, selects only these items (the item page's actions).
+	IDs []int64 `json:"ids"`
 }
 
-func (d dlqRequest) filter() (redrive.ItemFilter, error) {
-	f := redrive.ItemFilter{RunID: d.Run, Pipeline: d.Pipeline, Stage: d.Stage, Class: d.Class, ErrorContains: d.ErrorContains, Limit: d.Limit}
+// filter returns the filter, refusing states outside allowed.
+func (d filterBody) filter(allowed ...redrive.State) (redrive.ItemFilter, error) {
+	f := redrive.ItemFilter{RunID: d.Run, Pipeline: d.Pipeline, Stage: d.Stage, Key: d.Key, Class: d.Class,
+		ErrorContains: d.ErrorContains, Limit: d.Limit, IDs: d.IDs}
 	if d.Run < 0 {
 		return f, badField("run", "must be a positive run ID")
 	}
@@ -605,18 +619,51 @@ func (d dlqRequest) filter() (redrive.ItemFilter, error) {
 	if d.Limit < 0 {
 		return f, badField("limit", "must not be negative")
 	}
+	if len(d.IDs) > maxActionIDs {
+		return f, badField("ids", "more than %d IDs", maxActionIDs)
+	}
+	for _, id := range d.IDs {
+		if id <= 0 {
+			return f, badField("ids", "must be positive item IDs, got %d", id)
+		}
+	}
 	for _, st := range d.States {
-		if st != redrive.StateDead && st != redrive.StateCanceled {
-			return f, badField("states", "only dead and canceled items can be selected, not %q", st)
+		if !slices.Contains(allowed, st) {
+			return f, badField("states", "only %s items can be selected here, not %q", joinStates(allowed), st)
 		}
 	}
 	f.States = d.States
 	return f, nil
 }
 
-func (d dlqRequest) empty() bool {
-	return d.Run == 0 && d.Pipeline == "" && d.Stage == "" && d.Class == "" && d.ErrorContains == "" &&
-		d.Since == "" && d.Until == "" && d.Limit == 0
+func joinStates(ss []redrive.State) string {
+	out := make([]string, len(ss))
+	for i, s := range ss {
+		out[i] = string(s)
+	}
+	return strings.Join(out, " and ")
+}
+
+func (d filterBody) empty() bool {
+	return d.Run == 0 && d.Pipeline == "" && d.Stage == "" && d.Key == "" && d.Class == "" && d.ErrorContains == "" &&
+		d.Since == "" && d.Until == "" && d.Limit == 0 && len(d.IDs) == 0
+}
+
+// dlqRequest is the body of POST /api/v1/dlq/redrive and /purge.
+type dlqRequest struct {
+	filterBody
+	DryRun bool `json:"dry_run"`
+	// Rate is for redrive only: items per second, 0 = all due now.
+	Rate float64 `json:"rate"`
+	// FromStage is for redrive only: restart the items at this earlier
+	// stage with the input it had (redrive.RedriveOptions.FromStage).
+	FromStage string `json:"from_stage"`
+	// All must be true for a purge without any filter field.
+	All bool `json:"all"`
+}
+
+func (d dlqRequest) filter() (redrive.ItemFilter, error) {
+	return d.filterBody.filter(redrive.StateDead, redrive.StateCanceled)
 }
 
 // dlqResponse is the response of the DLQ write endpoints.
@@ -652,18 +699,42 @@ func (s *server) redrive(w http.ResponseWriter, r *http.Request) {
 		s.filterFail(w, r, "redrive", f, err)
 		return
 	}
-	n, err := redrive.Redrive(r.Context(), s.store, f, redrive.RedriveOptions{DryRun: req.DryRun, Rate: req.Rate, Now: s.opts.Now(), FromStage: req.FromStage})
+	opts := redrive.RedriveOptions{DryRun: req.DryRun, Rate: req.Rate, Now: s.opts.Now(), FromStage: req.FromStage}
+	if req.DryRun {
+		n, err := redrive.Redrive(r.Context(), s.store, f, opts)
+		if err != nil {
+			s.fail(w, r, "redrive", err)
+			return
+		}
+		writeJSON(w, http.StatusOK, dlqResponse{Count: n, DryRun: true})
+		return
+	}
+	if req.FromStage != "" {
+		// A redrive from a stage some items never reached changes
+		// nothing: refuse it before it is recorded.
+		dry := opts
+		dry.DryRun = true
+		if _, err := redrive.Redrive(r.Context(), s.store, f, dry); err != nil {
+			s.fail(w, r, "redrive", err)
+			return
+		}
+	}
+	mark := f
+	if len(mark.States) == 0 {
+		mark.States = []redrive.State{redrive.StateDead}
+	}
+	act := s.beginAudit(r, "redrive", f, mark, redriveDetail(req.Rate, req.FromStage))
+	n, err := redrive.Redrive(r.Context(), s.store, f, opts)
+	warning := act.end(s, r, n, err)
 	if err != nil {
 		s.fail(w, r, "redrive", err)
 		return
 	}
-	resp := dlqResponse{Count: n, DryRun: req.DryRun}
-	if !req.DryRun {
-		s.opts.Logger.Info("web: redrive", "count", n, "run", f.RunID, "pipeline", f.Pipeline, "stage", f.Stage, "from_stage", req.FromStage)
-		s.emit(redrive.Redriven{Filter: f, Count: n})
-		if n > 0 {
-			resp.Warning = joinWarnings(s.unservedWarning(r, f), s.audit(r, "redrive", f, n, redriveDetail(req.Rate, req.FromStage)))
-		}
+	resp := dlqResponse{Count: n}
+	s.opts.Logger.Info("web: redrive", "count", n, "run", f.RunID, "pipeline", f.Pipeline, "stage", f.Stage, "from_stage", req.FromStage)
+	s.emit(redrive.Redriven{Filter: f, Count: n})
+	if n > 0 {
+		resp.Warning = joinWarnings(s.unservedWarning(r, f), warning)
 	}
 	writeJSON(w, http.StatusOK, resp)
 }

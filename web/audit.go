@@ -1,6 +1,7 @@
 package web
 
 import (
+	"context"
 	"fmt"
 	"net/http"
 	"net/url"
@@ -34,7 +35,7 @@ func filterQuery(f redrive.ItemFilter) string {
 	if f.RunID != 0 {
 		v.Set("run", strconv.FormatInt(f.RunID, 10))
 	}
-	for k, s := range map[string]string{"pipeline": f.Pipeline, "stage": f.Stage, "class": f.Class, "error_contains": f.ErrorContains} {
+	for k, s := range map[string]string{"pipeline": f.Pipeline, "stage": f.Stage, "key": f.Key, "class": f.Class, "error_contains": f.ErrorContains} {
 		if s != "" {
 			v.Set(k, s)
 		}
@@ -45,6 +46,13 @@ func filterQuery(f redrive.ItemFilter) string {
 			ss[i] = string(st)
 		}
 		v.Set("state", strings.Join(ss, ","))
+	}
+	if len(f.IDs) > 0 {
+		ids := make([]string, len(f.IDs))
+		for i, id := range f.IDs {
+			ids[i] = strconv.FormatInt(id, 10)
+		}
+		v.Set("ids", strings.Join(ids, ","))
 	}
 	if !f.Since.IsZero() {
 		v.Set("since", f.Since.UTC().Format(time.RFC3339Nano))
@@ -58,13 +66,79 @@ func filterQuery(f redrive.ItemFilter) string {
 	return v.Encode()
 }
 
-// audit records an action that changed items. The action is done, so a
-// failure to record it is logged and returned as a warning, not an error.
+// audit records an action that changed items, when it is done and no
+// item needs marking (a purge: its items are gone). The action is done, so
+// a failure to record it is logged and returned as a warning, not an
+// error.
 func (s *server) audit(r *http.Request, kind string, f redrive.ItemFilter, n int, detail string) string {
 	a := redrive.AuditAction{At: s.opts.Now().UTC(), Actor: actor(r), Kind: kind, Filter: filterQuery(f), Count: n, Detail: detail}
 	if _, err := s.store.RecordAction(r.Context(), a); err != nil {
 		s.opts.Logger.Error("web: record action in the audit log", "kind", kind, "count", n, "error", err)
-		return "the action was done but could not be recorded in the audit log"
+		return auditWarning
+	}
+	return ""
+}
+
+// auditWarning is the warning of an action that could not be recorded.
+const auditWarning = "the action was done but could not be recorded in the audit log"
+
+// auditedAction is an action recorded in the audit log before it runs, so
+// that the items it is about to change can be linked to it while the
+// filter still selects them (a redrive or a cancel changes their state).
+type auditedAction struct {
+	id     int64
+	kind   string
+	detail string
+	failed bool // recording failed; the action runs anyway
+}
+
+// beginAudit records an action of kind on f, with detail, and links the
+// items mark selects to it. Nothing is recorded when mark selects no
+// item: the action has nothing to change.
+func (s *server) beginAudit(r *http.Request, kind string, f, mark redrive.ItemFilter, detail string) *auditedAction {
+	ctx := r.Context()
+	n, err := s.store.Count(ctx, mark)
+	if err == nil && n == 0 {
+		return nil
+	}
+	a := &auditedAction{kind: kind, detail: detail}
+	if err == nil {
+		a.id, err = s.store.RecordAction(ctx, redrive.AuditAction{At: s.opts.Now().UTC(), Actor: actor(r), Kind: kind,
+			Filter: filterQuery(f), Count: n, Detail: detail})
+	}
+	if err == nil {
+		_, err = s.store.MarkItems(ctx, a.id, mark)
+	}
+	if err != nil {
+		s.opts.Logger.Error("web: record action in the audit log", "kind", kind, "error", err)
+		a.failed = true
+	}
+	return a
+}
+
+// end sets the count of a recorded action once it ran (a failed action is
+// recorded as such, with no count) and returns a warning when the audit
+// log could not record it.
+func (a *auditedAction) end(s *server, r *http.Request, n int, actErr error) string {
+	if a == nil {
+		return ""
+	}
+	if a.failed {
+		return auditWarning
+	}
+	detail := a.detail
+	if actErr != nil {
+		n, detail = 0, "failed"
+		if a.detail != "" {
+			detail += ": " + a.detail
+		}
+	}
+	// The request's context may be gone with its client; the action is
+	// done and its record must say so.
+	ctx := context.WithoutCancel(r.Context())
+	if err := s.store.UpdateAction(ctx, a.id, n, detail); err != nil {
+		s.opts.Logger.Error("web: record action in the audit log", "kind", a.kind, "count", n, "error", err)
+		return auditWarning
 	}
 	return ""
 }

@@ -19,6 +19,7 @@ import (
 	"io/fs"
 	"log/slog"
 	"net/http"
+	"slices"
 	"strings"
 	"time"
 
@@ -195,11 +196,19 @@ func NewHandler(store redrive.Store, opts Options) http.Handler {
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
-	for _, rt := range append(s.routes(), s.consoleRoutes()...) {
+	for _, rt := range append(append(s.routes(), s.consoleRoutes()...), s.pendingRoutes()...) {
 		handle(rt.pattern, s.require(rt.scope, rt.h))
 	}
+	// One pattern per method rather than one for the whole path: a path
+	// such as /api/v1/items/cancel would otherwise conflict with
+	// GET /api/v1/items/{id}.
 	for _, p := range paths {
-		mux.Handle(p, methodNotAllowed(strings.Join(allow[p], ", ")))
+		for _, m := range []string{"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "CONNECT", "TRACE"} {
+			if slices.Contains(allow[p], m) || (m == "HEAD" && slices.Contains(allow[p], "GET")) {
+				continue
+			}
+			mux.Handle(m+" "+p, methodNotAllowed(strings.Join(allow[p], ", ")))
+		}
 	}
 
 	static, err := fs.Sub(uiFiles, "ui")

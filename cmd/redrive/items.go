@@ -19,6 +19,7 @@ type filterFlags struct {
 	run           int64
 	pipeline      string
 	stage         string
+	key           string
 	class         string
 	errorContains string
 	since, until  string
@@ -38,6 +39,7 @@ func (f *filterFlags) add(cmd *cobra.Command, limit int, limitHelp string, state
 	fl.Int64Var(&f.run, "run", 0, "only items of this run ID")
 	fl.StringVar(&f.pipeline, "pipeline", "", "only items of this pipeline")
 	fl.StringVar(&f.stage, "stage", "", "only items at (or dead at) this stage")
+	fl.StringVar(&f.key, "key", "", "only the item submitted with this key")
 	fl.StringVar(&f.class, "class", "", "only items whose reason has this error class (final, retryable, rate_limited, lost, invalid_input, canceled)")
 	fl.StringVar(&f.errorContains, "error-contains", "", "only items whose reason's error contains this text")
 	fl.StringVar(&f.since, "since", "", "only items that reached their state at or after this time: RFC 3339 (2024-05-01T12:00:00Z) or a duration ago (24h, 90m, 7d)")
@@ -55,6 +57,7 @@ func (f *filterFlags) filter(now time.Time) (redrive.ItemFilter, error) {
 	out := redrive.ItemFilter{
 		Pipeline:      f.pipeline,
 		Stage:         f.stage,
+		Key:           f.key,
 		Class:         f.class,
 		ErrorContains: f.errorContains,
 		Limit:         f.limit,
@@ -290,6 +293,8 @@ that made it (CONFIG: the attempts after a policy change show a new hash).`,
 type itemDetail struct {
 	Item     redrive.Item      `json:"item"`
 	Attempts []redrive.Attempt `json:"attempts"`
+	// Actions are the audit log's actions that changed the item.
+	Actions []redrive.AuditAction `json:"actions"`
 }
 
 // showItem prints item id with its attempts. When states is not nil the
@@ -310,9 +315,16 @@ func showItem(cmd *cobra.Command, s redrive.Store, id int64, asJSON bool, states
 	if atts == nil {
 		atts = []redrive.Attempt{}
 	}
+	acts, err := s.ItemActions(ctx, id)
+	if err != nil {
+		return fmt.Errorf("actions on item %d: %w", id, err)
+	}
+	if acts == nil {
+		acts = []redrive.AuditAction{}
+	}
 	w := cmd.OutOrStdout()
 	if asJSON {
-		return writeJSON(w, itemDetail{Item: it, Attempts: atts})
+		return writeJSON(w, itemDetail{Item: it, Attempts: atts, Actions: acts})
 	}
 	pairs := []any{
 		"Item", it.ID,
@@ -347,8 +359,24 @@ func showItem(cmd *cobra.Command, s redrive.Store, id int64, asJSON bool, states
 	fmt.Fprintf(w, "\nAttempts (%d):\n", len(atts))
 	if len(atts) == 0 {
 		fmt.Fprintln(w, noAttempts(it))
-		return nil
+	} else if err := writeAttempts(w, atts); err != nil {
+		return err
 	}
+	if len(acts) > 0 {
+		// The audit log's actions that changed the item: who redrove,
+		// canceled or retried it, and when.
+		fmt.Fprintf(w, "\nActions (%d):\n", len(acts))
+		t := newTable(w, "AT", "WHO", "ACTION", "ITEMS", "HOW")
+		for _, a := range acts {
+			t.row(fmtTime(a.At), a.Actor, a.Kind, a.Count, cell(a.Detail))
+		}
+		return t.flush()
+	}
+	return nil
+}
+
+// writeAttempts writes an item's attempts as a table.
+func writeAttempts(w io.Writer, atts []redrive.Attempt) error {
 	t := newTable(w, "#", "STAGE", "ATTEMPT", "OUTCOME", "CLASS", "STARTED", "DURATION", "DELAY AFTER", "CONFIG", "ERROR")
 	for i, a := range atts {
 		dur := time.Duration(0)

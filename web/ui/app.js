@@ -36,9 +36,27 @@ function table(head, rows) {
     el("tbody", {}, rows.length ? rows : el("tr", {}, el("td", { colspan: head.length, class: "muted" }, "none"))));
 }
 
-function pager(next, route) {
-  if (!next) return null;
-  return el("p", {}, link(route + (route.includes("?") ? "&" : "?") + "cursor=" + encodeURIComponent(next), "Next page →"));
+// Pages go both ways with a stack of cursors in the URL: "back" lists the
+// cursors of the pages before this one ("-" is the first page), so that
+// "Previous page" is a plain link that works after a reload or when shared.
+// Cursors are base64url and never contain a comma.
+function pager(next, route, params) {
+  const base = new URLSearchParams(params);
+  const cursor = base.get("cursor");
+  const back = base.get("back") ? base.get("back").split(",") : [];
+  base.delete("cursor");
+  base.delete("back");
+  const href = (c, stack) => {
+    const q = new URLSearchParams(base);
+    if (c && c !== "-") q.set("cursor", c);
+    if (stack.length) q.set("back", stack.join(","));
+    const qs = q.toString();
+    return route + (qs ? (route.includes("?") ? "&" : "?") + qs : "");
+  };
+  const prev = cursor ? el("a", { id: "prev-page", href: href(back[back.length - 1] || "-", back.slice(0, -1)) }, "← Previous page") : null;
+  const nextLink = next ? el("a", { id: "next-page", href: href(next, [...back, cursor || "-"]) }, "Next page →") : null;
+  if (!prev && !nextLink) return null;
+  return el("p", { class: "pager" }, prev, prev && nextLink ? " · " : null, nextLink);
 }
 
 function decode(b64) {
@@ -62,7 +80,7 @@ async function viewRuns(params) {
     el("td", {}, time(r.created_at))));
   return [el("h1", {}, "Runs"),
     table(["Run", "Pipeline", "Name", "Status", "#Total", "#Succeeded", "#Dead", "#In flight", "Created"], rows),
-    pager(page.next_cursor, "#/")];
+    pager(page.next_cursor, "#/", params)];
 }
 
 function itemRows(items) {
@@ -101,12 +119,16 @@ async function viewRun(id, params) {
       el("td", {}, e.stage), el("td", {}, e.class), el("td", {}, e.error), el("td", { class: "num" }, e.count)))),
     el("h2", {}, "Dead letters"),
     table(itemHead, itemRows(dlq.data)),
-    pager(dlq.next_cursor, "#/runs/" + id),
+    pager(dlq.next_cursor, "#/runs/" + id, params),
   ];
 }
 
-// dlqFilters are the filter fields of the dead-letter view, as URL keys.
-const dlqFilters = ["run", "pipeline", "stage", "state", "class", "error_contains", "since", "until"];
+// dlqFilters are the filter fields of the items view, as URL keys.
+const dlqFilters = ["run", "pipeline", "stage", "key", "state", "class", "error_contains", "since", "until"];
+
+// stateChoices are the states the items view filters on; the first three
+// are the dead-letter queue's, with their errors grouped by cause.
+const stateChoices = ["dead", "canceled", "dead,canceled", "pending", "running", "succeeded"];
 
 // filterOf copies the filter fields present in params.
 function filterOf(params) {
@@ -117,23 +139,27 @@ function filterOf(params) {
 
 async function viewDLQ(params) {
   const f = filterOf(params);
-  const q = new URLSearchParams({ ...f, limit: "50" });
-  if (params.get("cursor")) q.set("cursor", params.get("cursor"));
+  const state = params.get("state") || "dead";
+  const dlq = stateChoices.slice(0, 3).includes(state);
   const fq = new URLSearchParams(f);
   const st = new URLSearchParams(fq);
-  if (!st.get("state")) st.set("state", "dead");
-  const [page, total, groups] = await Promise.all([api("/dlq?" + q), api("/count?" + st), api("/errors?" + fq)]);
+  st.set("state", state);
+  const q = new URLSearchParams(dlq ? fq : st);
+  q.set("limit", "50");
+  if (params.get("cursor")) q.set("cursor", params.get("cursor"));
+  const [page, total, groups] = await Promise.all([api((dlq ? "/dlq?" : "/items?") + q), api("/count?" + st),
+    dlq ? api("/errors?" + fq) : Promise.resolve(null)]);
   const input = (k, label, type) => el("label", {}, label + " ",
     el("input", { name: k, type: type || "text", value: params.get(k) || "", size: k === "error_contains" ? 24 : 10 }));
-  const state = el("select", { name: "state" },
-    ["dead", "canceled", "dead,canceled"].map((v) => {
+  const stateSel = el("select", { name: "state", id: "filter-state" },
+    stateChoices.map((v) => {
       const o = el("option", { value: v }, v.replace(",", " and "));
-      if ((params.get("state") || "dead") === v) o.selected = true;
+      if (state === v) o.selected = true;
       return o;
     }));
-  const form = el("form", { class: "filters", "aria-label": "Filter dead letters" },
-    input("run", "Run"), input("pipeline", "Pipeline"), input("stage", "Stage"),
-    el("label", {}, "State ", state), input("class", "Class"), input("error_contains", "Error text"),
+  const form = el("form", { class: "filters", "aria-label": "Filter items" },
+    input("run", "Run"), input("pipeline", "Pipeline"), input("stage", "Stage"), input("key", "Key"),
+    el("label", {}, "State ", stateSel), input("class", "Class"), input("error_contains", "Error text"),
     input("since", "Since (RFC 3339)"), input("until", "Until"),
     el("button", { type: "submit" }, "Filter"), link("#/dlq", "Clear"));
   form.addEventListener("submit", (ev) => {
@@ -142,7 +168,7 @@ async function viewDLQ(params) {
     for (const [k, v] of new FormData(form)) if (v && !(k === "state" && v === "dead")) nf.set(k, v.trim());
     location.hash = "#/dlq?" + nf;
   });
-  const groupRows = groups.data.map((g) => {
+  const groupRows = (groups ? groups.data : []).map((g) => {
     const to = new URLSearchParams(fq);
     to.set("pipeline", g.pipeline);
     to.set("stage", g.stage);
@@ -154,18 +180,24 @@ async function viewDLQ(params) {
       el("td", { class: "num" }, g.dead), el("td", { class: "num" }, g.failures), el("td", { class: "num" }, g.messages),
       el("td", {}, g.dead ? link("#/dlq?" + to, "Show dead items") : ""));
   });
-  const base = new URLSearchParams(fq);
-  const nav = el("p", { class: "pager" },
-    params.get("cursor") ? el("button", { type: "button", id: "prev-page" }, "← Previous page") : null, " ",
-    page.next_cursor ? link("#/dlq?" + base + (base.toString() ? "&" : "") + "cursor=" + encodeURIComponent(page.next_cursor), "Next page →") : null);
-  return [el("h1", {}, "Dead letters"), form,
+  return [el("h1", {}, dlq ? "Dead letters" : "Items: " + state), form,
     el("p", { class: "total", id: "dlq-total" }, total.total + (total.total === 1 ? " item matches" : " items match") +
       " the filter · showing " + page.data.length + " on this page"),
-    actionBar(f, total.total),
-    el("h2", {}, "Errors by cause"),
-    table(["Stage", "Class", "Cause", "#Dead", "#Failed attempts", "#Messages", ""], groupRows),
+    actionBar(f, total.total, state),
+    groups ? el("h2", {}, "Errors by cause") : null,
+    groups ? table(["Stage", "Class", "Cause", "#Dead", "#Failed attempts", "#Messages", ""], groupRows) : null,
     el("h2", {}, "Items"),
-    table(itemHead, itemRows(page.data)), nav];
+    table(itemHead, itemRows(page.data)), pager(page.next_cursor, "#/dlq", params)];
+}
+
+// auditTarget links an audit entry to what it selected: the item of an
+// action on one item, else the items view of its filter.
+function auditTarget(filter) {
+  if (!filter) return "every item";
+  const f = new URLSearchParams(filter);
+  const ids = (f.get("ids") || "").split(",").filter(Boolean);
+  if (ids.length === 1 && [...f.keys()].every((k) => k === "ids" || k === "state")) return link("#/items/" + ids[0], "item #" + ids[0]);
+  return link("#/dlq?" + filter, filter);
 }
 
 async function viewAudit(params) {
@@ -174,33 +206,42 @@ async function viewAudit(params) {
   const page = await api("/audit?" + q);
   const rows = page.data.map((a) => el("tr", {},
     el("td", {}, time(a.at)), el("td", {}, a.actor), el("td", {}, pill(a.kind)),
-    el("td", {}, a.filter ? link("#/dlq?" + a.filter, a.filter) : "every item"),
+    el("td", {}, auditTarget(a.filter)),
     el("td", { class: "num" }, a.count), el("td", {}, a.detail || "")));
   return [el("h1", {}, "Audit log"),
     el("p", { class: "muted" }, "Every action operators took on items, newest first."),
     table(["At", "Who", "Action", "Filter", "#Items", "How"], rows),
-    el("p", { class: "pager" }, params.get("cursor") ? el("button", { type: "button", id: "prev-page" }, "← Previous page") : null, " ",
-      page.next_cursor ? link("#/audit?cursor=" + encodeURIComponent(page.next_cursor), "Next page →") : null)];
+    pager(page.next_cursor, "#/audit", params)];
 }
+
+// marked says what an audit action did to an item, for its timeline.
+const marked = { redrive: "Redriven", cancel: "Canceled", retry_now: "Retried now", purge: "Purged" };
 
 async function viewItem(id) {
   const d = await api("/items/" + encodeURIComponent(id));
   const it = d.item;
-  const attempts = d.attempts.map((a) => el("li", {},
+  const attempts = d.attempts.map((a) => [a.started_at, el("li", {},
     el("div", {}, el("b", {}, a.stage + " #" + a.number), " ", pill(a.outcome), a.class ? " " + a.class : ""),
     el("div", { class: "muted" }, time(a.started_at) + " · took " +
       ((new Date(a.finished_at) - new Date(a.started_at)) / 1000).toFixed(3) + " s" +
       (a.delay ? " · next attempt after " + secs(a.delay) : "") +
       (a.config_hash ? " · config " + a.config_hash : "")),
-    a.error ? el("div", { class: "error" }, a.error) : null));
+    a.error ? el("div", { class: "error" }, a.error) : null)]);
+  const marks = (d.actions || []).map((a) => [a.at, el("li", { class: "mark" },
+    el("div", {}, el("b", {}, (marked[a.kind] || a.kind) + " by " + a.actor + " at " + time(a.at))),
+    el("div", { class: "muted" }, (a.detail ? a.detail + " · " : "") + (a.count > 1 ? "one of " + a.count + " items · " : ""),
+      link("#/audit", "audit log")))]);
+  const timeline = [...attempts, ...marks].sort((x, y) => new Date(x[0]) - new Date(y[0])).map((x) => x[1]);
   return [
     el("h1", {}, "Item #" + it.id + " ", pill(it.state)),
     el("p", {}, "Run ", link("#/runs/" + it.run_id, "#" + it.run_id), " · pipeline " + it.pipeline +
-      " · stage " + it.stage + (it.key ? " · key " + it.key : "") + " · enqueued " + time(it.enqueued_at)),
+      " · stage " + it.stage + (it.key ? " · key " + it.key : "") + " · enqueued " + time(it.enqueued_at) +
+      (it.state === "pending" ? " · due " + time(it.next_at) : "")),
     it.reason ? el("p", { class: "error" }, "Reason: " + it.reason.class + " at stage " + it.reason.stage +
       " after " + it.reason.attempts + (it.reason.attempts === 1 ? " attempt: " : " attempts: ") + it.reason.error) : null,
-    el("h2", {}, "Attempts"),
-    d.attempts.length ? el("ol", { class: "timeline" }, attempts) : el("p", { class: "muted" },
+    itemActionBar(it, d.attempts),
+    el("h2", {}, "Attempts and actions"),
+    timeline.length ? el("ol", { class: "timeline", id: "timeline" }, timeline) : el("p", { class: "muted" },
       it.state === "pending" || it.state === "running" ? "No attempts yet." : "No attempts: it never ran."),
     el("h2", {}, "Input"), el("pre", {}, decode(it.input)),
     el("h2", {}, it.state === "succeeded" ? "Output" : "Current payload"), el("pre", {}, decode(it.payload)),
@@ -221,8 +262,6 @@ async function route() {
     else if (path === "/stages") view = await viewStages(params);
     else view = await viewRuns(params);
     main.replaceChildren(...view.filter(Boolean));
-    const prev = document.getElementById("prev-page");
-    if (prev) prev.addEventListener("click", () => history.back());
   } catch (e) {
     main.replaceChildren(el("p", { class: "error" }, "Error: " + e.message));
   }
