@@ -3,6 +3,7 @@ package redrive_test
 import (
 	"context"
 	"net/http/httptest"
+	"net/netip"
 	"strings"
 	"sync"
 	"testing"
@@ -34,7 +35,7 @@ func TestDelivererCallbacks(t *testing.T) {
 		o := s.(redrive.Outbox)
 		d, err := redrive.NewDeliverer(o, redrive.DelivererConfig{Now: now,
 			Webhooks:          []redrive.Webhook{{Pipeline: "hooked", URL: srvs[0].URL, Secret: hookSecret, Policy: fast(3)}},
-			CallbackPipelines: []string{"plain", "hooked"}, CallbackSecret: cbSecret})
+			CallbackPipelines: []string{"plain", "hooked"}, CallbackSecret: cbSecret, CallbackAllowPrivate: true})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -95,5 +96,37 @@ func TestDelivererCallbacks(t *testing.T) {
 		if got := viaSecret.deliveries("u1"); len(got) != 0 {
 			t.Errorf("an unsigned callback was sent: %+v", got)
 		}
+
+		// By default a callback may not reach a loopback address: it is
+		// dead at once, saying why, and nothing reaches the receiver.
+		d3, err := redrive.NewDeliverer(o, redrive.DelivererConfig{Now: now, CallbackPipelines: []string{"internal"}, CallbackSecret: cbSecret})
+		if err != nil {
+			t.Fatal(err)
+		}
+		enqueue("internal", redrive.NewItem{Key: "i1", Invalid: "bad", Callback: srvs[2].URL + "/cb"})
+		if n, err := d3.DeliverOnce(ctx); err != nil || n != 1 {
+			t.Fatalf("DeliverOnce = %d, %v", n, err)
+		}
+		refused, err := o.ListNotifications(ctx, redrive.NotificationFilter{Pipeline: "internal"})
+		if err != nil || len(refused) != 1 || refused[0].Status != redrive.NotificationDead || refused[0].Attempts != 1 ||
+			!strings.Contains(refused[0].LastError, "127.0.0.1 is not a public address") {
+			t.Fatalf("loopback callback = %+v, %v; want dead after one attempt, naming the address", refused, err)
+		}
+		if got := viaSecret.deliveries("i1"); len(got) != 0 {
+			t.Errorf("a callback reached a loopback address: %+v", got)
+		}
 	})
+}
+
+func TestPublicAddr(t *testing.T) {
+	for addr, want := range map[string]bool{
+		"93.184.216.34": true, "2606:4700::1111": true, "8.8.8.8": true,
+		"127.0.0.1": false, "::1": false, "10.1.2.3": false, "172.16.0.1": false, "192.168.1.1": false,
+		"169.254.169.254": false, "fe80::1": false, "fd00::1": false, "0.0.0.0": false, "::": false,
+		"100.64.0.1": false, "::ffff:127.0.0.1": false, "224.0.0.1": false,
+	} {
+		if got := redrive.PublicAddrForTest(netip.MustParseAddr(addr)); got != want {
+			t.Errorf("publicAddr(%s) = %v, want %v", addr, got, want)
+		}
+	}
 }

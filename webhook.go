@@ -127,9 +127,18 @@ type DelivererConfig struct {
 	// that two deliverers never work one notification at once. Default 1
 	// minute.
 	LeaseDuration time.Duration
-	// HTTPClient sends the requests. Default: a client that follows no
-	// redirects (a redirect is a final failure) and whose Timeout is
-	// Timeout.
+	// CallbackAllowPrivate lets item callbacks reach loopback, private,
+	// link-local and other non-public addresses. Default false: a callback
+	// URL is chosen by whoever submits the item, so by default the
+	// deliverer connects for callbacks only to public addresses (checked on
+	// the resolved address at connect time) and such a notification is
+	// dead at once with ErrCallbackAddress. Webhooks, which the operator
+	// configures, are not restricted. Ignored when HTTPClient is set.
+	CallbackAllowPrivate bool
+	// HTTPClient sends the requests, webhooks and callbacks alike. Default:
+	// a client that follows no redirects (a redirect is a final failure)
+	// and whose Timeout is Timeout, and for callbacks one that also
+	// honours CallbackAllowPrivate.
 	HTTPClient *http.Client
 	// Logger receives delivery failures (never a secret). Default: none.
 	Logger *slog.Logger
@@ -146,6 +155,7 @@ type Deliverer struct {
 	cfg       DelivererConfig
 	hooks     map[string]Webhook
 	claimFrom []string // the pipelines of hooks and CallbackPipelines, sorted
+	callbacks *http.Client
 }
 
 // NewDeliverer returns a deliverer of store's notifications, or an error
@@ -179,6 +189,10 @@ func NewDeliverer(store Outbox, cfg DelivererConfig) (*Deliverer, error) {
 	if cfg.LeaseDuration <= 0 {
 		cfg.LeaseDuration = time.Minute
 	}
+	cbClient := cfg.HTTPClient
+	if cbClient == nil {
+		cbClient = callbackClient(cfg.Timeout, cfg.CallbackAllowPrivate)
+	}
 	if cfg.HTTPClient == nil {
 		cfg.HTTPClient = &http.Client{
 			Timeout: cfg.Timeout,
@@ -193,7 +207,7 @@ func NewDeliverer(store Outbox, cfg DelivererConfig) (*Deliverer, error) {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	d := &Deliverer{store: store, cfg: cfg, hooks: hooks}
+	d := &Deliverer{store: store, cfg: cfg, hooks: hooks, callbacks: cbClient}
 	d.claimFrom = append(d.pipelines(), cfg.CallbackPipelines...)
 	slices.Sort(d.claimFrom)
 	d.claimFrom = slices.Compact(d.claimFrom)
@@ -316,6 +330,8 @@ func (d *Deliverer) deliver(ctx context.Context, n Notification) DeliveryResult 
 		}
 		var o retry.Outcome
 		switch {
+		case errors.Is(err, ErrCallbackAddress):
+			o = retry.Outcome{Class: retry.ClassFinal}
 		case err != nil:
 			o = retryhttp.Classify(nil, err)
 		case resp.StatusCode < 400:
@@ -398,7 +414,11 @@ func (d *Deliverer) post(ctx context.Context, w Webhook, n Notification, body []
 	req.Header.Set(HeaderDelivery, n.DeliveryID)
 	req.Header.Set(HeaderEvent, n.Event)
 	req.Header.Set(HeaderSignature, Sign(w.Secret, d.cfg.Now(), body))
-	resp, err := d.cfg.HTTPClient.Do(req)
+	client := d.cfg.HTTPClient
+	if n.Callback != "" {
+		client = d.callbacks
+	}
+	resp, err := client.Do(req)
 	if err != nil {
 		return nil, err
 	}

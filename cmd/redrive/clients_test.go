@@ -39,7 +39,8 @@ printf '%s' "$in"
 // of the test.
 func servedPipeline(t *testing.T, extra ...string) (url, db string) {
 	t.Helper()
-	return servedPipelineEnv(t, []string{"REDRIVE_CALLBACK_SECRET=" + callbackSecret}, extra...)
+	// The clients' receivers listen on loopback.
+	return servedPipelineEnv(t, []string{"REDRIVE_CALLBACK_SECRET=" + callbackSecret}, append([]string{"--callback-allow-private"}, extra...)...)
 }
 
 // servedPipelineEnv is servedPipeline with env added to serve's

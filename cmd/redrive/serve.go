@@ -30,16 +30,17 @@ const serveStopGrace = 30 * time.Second
 // newServeCmd returns `redrive serve`.
 func newServeCmd() *cobra.Command {
 	var (
-		addr         string
-		token        string
-		tokenFile    string
-		accept       []string
-		migrate      bool
-		pipelines    []string
-		pipelineDirs []string
-		workers      int
-		lease        time.Duration
-		callbackFile string
+		addr            string
+		token           string
+		tokenFile       string
+		accept          []string
+		migrate         bool
+		pipelines       []string
+		pipelineDirs    []string
+		workers         int
+		lease           time.Duration
+		callbackFile    string
+		callbackPrivate bool
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -95,6 +96,7 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 	cmd.Flags().StringArrayVar(&pipelineDirs, "pipelines", nil, "also run workers for the YAML pipelines of this directory, glob or file (repeatable); SIGHUP reloads them")
 	cmd.Flags().IntVar(&workers, "workers", 0, "attempts running at once for --pipeline workers (default: the largest workers: of the files, else 16)")
 	cmd.Flags().DurationVar(&lease, "lease", 30*time.Second, "how long items and notifications claimed by a worker stay its own without a heartbeat: another worker takes over a crashed one's after this long")
+	cmd.Flags().BoolVar(&callbackPrivate, "callback-allow-private", false, "let item callbacks reach loopback, private and link-local addresses (by default only public addresses: a callback URL comes from whoever submits the item)")
 	cmd.Flags().StringVar(&callbackFile, "callback-secret-file", "", "file whose content signs item callbacks of pipelines without a webhook (env "+envCallbackSecret+")")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if lease < time.Second {
@@ -161,7 +163,7 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 			refs = append(refs, web.Refs(set.pipelines...)...)
 		}
 		g := &workerGroup{store: s, workers: workers, lease: lease, logger: logger, observers: []func(redrive.Event){m.Observe},
-			callbackSecret: callbackSecret}
+			callbackSecret: callbackSecret, callbackAllowPrivate: callbackPrivate}
 		h := web.NewHandler(s, web.Options{
 			Token:          token,
 			Tokens:         tokens,

@@ -139,6 +139,8 @@ type workerGroup struct {
 	// callbackSecret signs the callbacks of pipelines without a webhook;
 	// nil: only those of pipelines with one are signed (and accepted).
 	callbackSecret []byte
+	// callbackAllowPrivate is --callback-allow-private.
+	callbackAllowPrivate bool
 	// hooked holds the pipelines with a webhook in the running set.
 	hooked atomic.Pointer[map[string]bool]
 
@@ -171,7 +173,8 @@ func (g *workerGroup) start(set *pipelineSet) error {
 			return errors.New("the database keeps no outbox: webhooks need the SQLite or PostgreSQL store")
 		}
 		var err error
-		cfg := redrive.DelivererConfig{Webhooks: set.hooks, Logger: g.logger, LeaseDuration: g.lease, Owner: delivererOwner()}
+		cfg := redrive.DelivererConfig{Webhooks: set.hooks, Logger: g.logger, LeaseDuration: g.lease, Owner: delivererOwner(),
+			CallbackAllowPrivate: g.callbackAllowPrivate}
 		if len(g.callbackSecret) > 0 {
 			cfg.CallbackPipelines, cfg.CallbackSecret = set.names(), g.callbackSecret
 		}

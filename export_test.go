@@ -1,0 +1,4 @@
+package redrive
+
+// PublicAddrForTest exposes publicAddr to the external tests.
+var PublicAddrForTest = publicAddr
