@@ -54,7 +54,9 @@ func callbackClient(timeout time.Duration, allowPrivate bool) *http.Client {
 		d.Control = refuseNonPublic
 	}
 	t := &http.Transport{
-		DialContext:           func(ctx context.Context, network, addr string) (net.Conn, error) { return d.DialContext(ctx, network, addr) },
+		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
+			return d.DialContext(ctx, network, addr)
+		},
 		ForceAttemptHTTP2:     true,
 		MaxIdleConns:          100,
 		MaxIdleConnsPerHost:   8,
