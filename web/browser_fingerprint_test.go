@@ -23,6 +23,10 @@ func TestBrowserGroupLink(t *testing.T) {
 		chromedp.Navigate(srv.URL+"/#/dlq?class=retryable"),
 		textContains("main", "timeout talking to api"),
 		chromedp.Click(`a[href*="fingerprint="]`),
+		// The filter before the click has the same total: wait for the
+		// view of the link's filter first.
+		chromedp.Poll[chromedp.Void](`(() => { const e = document.querySelector('input[name="fingerprint"]'); return !!e && e.value !== ''; })()`,
+			chromedp.WithPollingInterval(50*time.Millisecond), chromedp.WithPollingTimeout(60*time.Second)),
 		textContains("#dlq-total", "30 items match"),
 	)
 	if err != nil {
