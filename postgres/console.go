@@ -84,9 +84,13 @@ func scanErrorCounts(rows pgx.Rows) ([]redrive.ErrorCount, error) {
 }
 
 // FailureGroups groups the failures selected by f by pipeline, stage,
-// class and stored fingerprint (see redrive.Console): two grouped reads
-// of the items_cause and attempts_cause indexes, then one bounded read of
-// the newest failures of each of the first redrive.ExampleGroups groups.
+// class and stored fingerprint (see redrive.Console). A filter of run,
+// pipeline, stage, class, fingerprint and the dead and canceled states
+// only sums the counts kept at write time (failure_counts, migration
+// 0015); any other filter (error text, time, IDs, other states) groups
+// the items_cause and attempts_cause indexes. Either way one bounded read
+// then fetches the newest failures of each of the first
+// redrive.ExampleGroups groups.
 func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redrive.ErrorGroup, error) {
 	f.AfterID, f.Limit = 0, 0
 	if len(f.States) == 0 {
@@ -98,26 +102,16 @@ func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redr
 	var ia, aa args
 	itemW := itemWhere(f, &ia)
 	attW := attemptWhere(f, &aa)
-	// The two grouped reads are independent: they run at once, on two
-	// connections.
-	var dead []causeCount
-	var deadErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		dead, deadErr = s.causeCounts(ctx, `SELECT pipeline, stage, coalesce(reason_class, ''), coalesce(reason_fingerprint, ''), count(*)
-			FROM `+s.q+`.items WHERE `+itemW+` GROUP BY pipeline, stage, reason_class, reason_fingerprint`, ia)
-	}()
-	failed, err := s.causeCounts(ctx, `SELECT pipeline, stage, class, fingerprint, count(*)
-		FROM `+s.q+`.attempts WHERE `+attW+` GROUP BY pipeline, stage, class, fingerprint`, aa)
-	<-done
-	if err == nil {
-		err = deadErr
+	var groups []redrive.ErrorGroup
+	var err error
+	if keptCountsServe(f) {
+		groups, err = s.keptFailureCounts(ctx, f)
+	} else {
+		groups, err = s.groupFailures(ctx, itemW, ia, attW, aa)
 	}
 	if err != nil {
 		return nil, s.fail("failure groups", err)
 	}
-	groups := mergeCauses(dead, failed)
 	redrive.RankErrorGroups(groups)
 	for i := range groups[:min(len(groups), redrive.ExampleGroups)] {
 		g := &groups[i]
@@ -151,6 +145,122 @@ func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redr
 		g.SetExamples(samples)
 	}
 	return groups, nil
+}
+
+// groupFailures counts the dead items selected by itemW and the failed
+// attempts selected by attW by cause, from the items_cause and
+// attempts_cause indexes.
+func (s *Store) groupFailures(ctx context.Context, itemW string, ia args, attW string, aa args) ([]redrive.ErrorGroup, error) {
+	// The two grouped reads are independent: they run at once, on two
+	// connections.
+	var dead []causeCount
+	var deadErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dead, deadErr = s.causeCounts(ctx, `SELECT pipeline, stage, coalesce(reason_class, ''), coalesce(reason_fingerprint, ''), count(*)
+			FROM `+s.q+`.items WHERE `+itemW+` GROUP BY pipeline, stage, reason_class, reason_fingerprint`, ia)
+	}()
+	failed, err := s.causeCounts(ctx, `SELECT pipeline, stage, class, fingerprint, count(*)
+		FROM `+s.q+`.attempts WHERE `+attW+` GROUP BY pipeline, stage, class, fingerprint`, aa)
+	<-done
+	if err == nil {
+		err = deadErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return mergeCauses(dead, failed), nil
+}
+
+// keptCountsServe reports whether failure_counts holds the groups of f:
+// it filters by no more than run, pipeline, stage, class and fingerprint,
+// and selects dead or canceled items only.
+func keptCountsServe(f redrive.ItemFilter) bool {
+	if f.ErrorContains != "" || !f.Since.IsZero() || !f.Until.IsZero() || len(f.IDs) > 0 {
+		return false
+	}
+	for _, st := range f.States {
+		if st != redrive.StateDead && st != redrive.StateCanceled {
+			return false
+		}
+	}
+	return true
+}
+
+// foldFailuresAt is how many failure_counts rows a read may sum before it
+// folds them (see foldFailures): a few thousand rows sum in a
+// millisecond or two.
+const foldFailuresAt = 4096
+
+// keptFailureCounts sums the failure_counts rows that f selects (see
+// keptCountsServe): its states' items and every failed attempt of its
+// run, pipeline, stage, class and fingerprint. When it summed more than
+// foldFailuresAt rows, it folds the table before it returns, so the next
+// read sums one row per group.
+func (s *Store) keptFailureCounts(ctx context.Context, f redrive.ItemFilter) ([]redrive.ErrorGroup, error) {
+	var a args
+	kinds := make([]string, 0, len(f.States)+1)
+	for _, st := range f.States {
+		kinds = append(kinds, string(st))
+	}
+	kinds = append(kinds, "failed")
+	where := "kind = ANY(" + a.add(kinds) + "::text[])"
+	for _, c := range []struct{ col, v string }{
+		{"pipeline", f.Pipeline}, {"stage", f.Stage}, {"class", f.Class}, {"fingerprint", f.Fingerprint},
+	} {
+		if c.v != "" {
+			where += " AND " + c.col + " = " + a.add(c.v)
+		}
+	}
+	if f.RunID != 0 {
+		where += " AND run_id = " + a.add(f.RunID)
+	}
+	rows, err := s.pool.Query(ctx, `SELECT pipeline, stage, class, fingerprint,
+			sum(n) FILTER (WHERE kind <> 'failed'), sum(n) FILTER (WHERE kind = 'failed'), count(*)
+		FROM `+s.q+`.failure_counts WHERE `+where+`
+		GROUP BY pipeline, stage, class, fingerprint`, a...)
+	if err != nil {
+		return nil, err
+	}
+	var groups []redrive.ErrorGroup
+	var g redrive.ErrorGroup
+	var dead, failed *int64
+	var n, read int64
+	if _, err := pgx.ForEachRow(rows, []any{&g.Pipeline, &g.Stage, &g.Class, &g.Fingerprint, &dead, &failed, &n}, func() error {
+		read += n
+		g.Dead, g.Failures = 0, 0
+		if dead != nil {
+			g.Dead = int(*dead)
+		}
+		if failed != nil {
+			g.Failures = int(*failed)
+		}
+		if g.Dead > 0 || g.Failures > 0 {
+			groups = append(groups, g)
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if read > foldFailuresAt {
+		s.foldFailures(ctx)
+	}
+	return groups, nil
+}
+
+// foldFailures replaces the rows of failure_counts with one per group
+// holding their sum (groups at zero go), in one statement, so readers see
+// either the rows or their sums; rows that triggers add meanwhile are not
+// seen by it and stay. Only one process folds at a time (the others
+// skip); a failure only leaves the rows for the next read.
+func (s *Store) foldFailures(ctx context.Context) {
+	_, _ = s.pool.Exec(ctx, `WITH l AS (SELECT pg_try_advisory_xact_lock($1, hashtext($2)) AS ok),
+	d AS (DELETE FROM `+s.q+`.failure_counts WHERE (SELECT ok FROM l) RETURNING *)
+	INSERT INTO `+s.q+`.failure_counts (pipeline, stage, class, fingerprint, run_id, kind, n)
+	SELECT pipeline, stage, class, fingerprint, run_id, kind, sum(n) FROM d
+	GROUP BY pipeline, stage, class, fingerprint, run_id, kind HAVING sum(n) <> 0`,
+		foldLockClass, s.schema+".failure_counts")
 }
 
 // attemptWhere selects the failed attempts of f's run, pipeline, stage and

@@ -85,9 +85,13 @@ func scanErrorCounts(rows *sql.Rows) ([]redrive.ErrorCount, error) {
 }
 
 // FailureGroups groups the failures selected by f by pipeline, stage,
-// class and stored fingerprint (see redrive.Console): two grouped reads
-// of the items_cause and attempts_cause indexes, then one bounded read of
-// the newest failures of each of the first redrive.ExampleGroups groups.
+// class and stored fingerprint (see redrive.Console). A filter of run,
+// pipeline, stage, class, fingerprint and the dead and canceled states
+// only sums the counts kept at write time (failure_counts, migration
+// 0015); any other filter (error text, time, IDs, other states) groups
+// the items_cause and attempts_cause indexes. Either way one bounded read
+// then fetches the newest failures of each of the first
+// redrive.ExampleGroups groups.
 func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redrive.ErrorGroup, error) {
 	f.AfterID, f.Limit = 0, 0
 	if len(f.States) == 0 {
@@ -98,26 +102,16 @@ func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redr
 	}
 	itemW, itemArgs := itemWhere(f)
 	attW, attArgs := attemptWhere(f)
-	// The two grouped reads are independent: they run at once, on two
-	// read connections.
-	var dead []causeCount
-	var deadErr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		dead, deadErr = s.causeCounts(ctx, `SELECT pipeline, stage, COALESCE(reason_class, ''), COALESCE(reason_fingerprint, ''), COUNT(*)
-			FROM items WHERE `+itemW+` GROUP BY pipeline, stage, reason_class, reason_fingerprint`, itemArgs)
-	}()
-	failed, err := s.causeCounts(ctx, `SELECT pipeline, stage, class, fingerprint, COUNT(*)
-		FROM attempts WHERE `+attW+` GROUP BY pipeline, stage, class, fingerprint`, attArgs)
-	<-done
-	if err == nil {
-		err = deadErr
+	var groups []redrive.ErrorGroup
+	var err error
+	if keptCountsServe(f) {
+		groups, err = s.keptFailureCounts(ctx, f)
+	} else {
+		groups, err = s.groupFailures(ctx, itemW, itemArgs, attW, attArgs)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: failure groups: %w", err)
 	}
-	groups := mergeCauses(dead, failed)
 	redrive.RankErrorGroups(groups)
 	for i := range groups[:min(len(groups), redrive.ExampleGroups)] {
 		g := &groups[i]
@@ -152,6 +146,91 @@ func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redr
 		g.SetExamples(samples)
 	}
 	return groups, nil
+}
+
+// groupFailures counts the dead items selected by itemW and the failed
+// attempts selected by attW by cause, from the items_cause and
+// attempts_cause indexes.
+func (s *Store) groupFailures(ctx context.Context, itemW string, itemArgs []any, attW string, attArgs []any) ([]redrive.ErrorGroup, error) {
+	// The two grouped reads are independent: they run at once, on two
+	// read connections.
+	var dead []causeCount
+	var deadErr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		dead, deadErr = s.causeCounts(ctx, `SELECT pipeline, stage, COALESCE(reason_class, ''), COALESCE(reason_fingerprint, ''), COUNT(*)
+			FROM items WHERE `+itemW+` GROUP BY pipeline, stage, reason_class, reason_fingerprint`, itemArgs)
+	}()
+	failed, err := s.causeCounts(ctx, `SELECT pipeline, stage, class, fingerprint, COUNT(*)
+		FROM attempts WHERE `+attW+` GROUP BY pipeline, stage, class, fingerprint`, attArgs)
+	<-done
+	if err == nil {
+		err = deadErr
+	}
+	if err != nil {
+		return nil, err
+	}
+	return mergeCauses(dead, failed), nil
+}
+
+// keptFailureCounts sums the failure_counts rows that f selects (see
+// keptCountsServe): its states' items and every failed
+// attempt of its run, pipeline, stage, class and fingerprint.
+func (s *Store) keptFailureCounts(ctx context.Context, f redrive.ItemFilter) ([]redrive.ErrorGroup, error) {
+	kinds := make([]string, 0, len(f.States))
+	args := make([]any, 0, len(f.States)+5)
+	for _, st := range f.States {
+		kinds = append(kinds, "?")
+		args = append(args, string(st))
+	}
+	where := []string{"kind IN (" + strings.Join(kinds, ", ") + ", 'failed')"}
+	for _, c := range []struct{ col, v string }{
+		{"pipeline", f.Pipeline}, {"stage", f.Stage}, {"class", f.Class}, {"fingerprint", f.Fingerprint},
+	} {
+		if c.v != "" {
+			where = append(where, c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	if f.RunID != 0 {
+		where = append(where, "run_id = ?")
+		args = append(args, f.RunID)
+	}
+	rows, err := s.r.QueryContext(ctx, `SELECT pipeline, stage, class, fingerprint,
+			SUM(CASE WHEN kind = 'failed' THEN 0 ELSE n END), SUM(CASE WHEN kind = 'failed' THEN n ELSE 0 END)
+		FROM failure_counts WHERE `+strings.Join(where, " AND ")+`
+		GROUP BY pipeline, stage, class, fingerprint`, args...)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var groups []redrive.ErrorGroup
+	for rows.Next() {
+		var g redrive.ErrorGroup
+		if err := rows.Scan(&g.Pipeline, &g.Stage, &g.Class, &g.Fingerprint, &g.Dead, &g.Failures); err != nil {
+			return nil, err
+		}
+		if g.Dead > 0 || g.Failures > 0 {
+			groups = append(groups, g)
+		}
+	}
+	return groups, rows.Err()
+}
+
+// keptCountsServe reports whether failure_counts holds the groups of f:
+// it filters by no more than run, pipeline, stage, class and fingerprint,
+// and selects dead or canceled items only.
+func keptCountsServe(f redrive.ItemFilter) bool {
+	if f.ErrorContains != "" || !f.Since.IsZero() || !f.Until.IsZero() || len(f.IDs) > 0 {
+		return false
+	}
+	for _, st := range f.States {
+		if st != redrive.StateDead && st != redrive.StateCanceled {
+			return false
+		}
+	}
+	return true
 }
 
 // attemptWhere selects the failed attempts of f's run, pipeline, stage and

@@ -112,5 +112,6 @@ func ExampleStore_MigrationStatus() {
 	// 0012 action_items applied: true
 	// 0013 views applied: true
 	// 0014 fingerprints applied: true
+	// 0015 failure_counts applied: true
 	// 0016 retained applied: true
 }

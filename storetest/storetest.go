@@ -96,7 +96,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"OrderAt", testOrderAt}, {"ClaimWaitingBacklog", testClaimWaitingBacklog}, {"DeleteFinishedRuns", testDeleteFinishedRuns}, {"LargeEnqueue", testLargeEnqueue},
 		{"SharedLimits", testSharedLimits},
 		{"RateLimitedWaits", testRateLimitedWaits},
-		{"ErrorGroups", testErrorGroups}, {"StoredFingerprints", testStoredFingerprints},
+		{"ErrorGroups", testErrorGroups}, {"StoredFingerprints", testStoredFingerprints}, {"FailureCounts", testFailureCounts},
 		{"AuditLog", testAuditLog},
 		{"RetryNow", testRetryNow}, {"RetryNowIsReady", testRetryNowIsReady}, {"FilterKey", testFilterKey}, {"ActionMarks", testActionMarks},
 		{"PauseStages", testPauseStages},

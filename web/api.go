@@ -538,7 +538,7 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) {
 // attempt history (redrive.ExportRecord). limit bounds the total
 // (default: everything); there is no cursor.
 func (s *server) exportDLQ(w http.ResponseWriter, r *http.Request) {
-	q := newQuery(r, "run", "pipeline", "stage", "key", "state", "class", "error_contains", "since", "until", "limit")
+	q := newQuery(r, "run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "since", "until", "limit")
 	f := redrive.ItemFilter{
 		RunID:         q.id("run"),
 		Pipeline:      q.str("pipeline"),
@@ -547,6 +547,7 @@ func (s *server) exportDLQ(w http.ResponseWriter, r *http.Request) {
 		States:        dlqStates(q, q.states("state")),
 		Class:         q.str("class"),
 		ErrorContains: q.str("error_contains"),
+		Fingerprint:   q.str("fingerprint"),
 		Since:         q.time("since"),
 		Until:         q.time("until"),
 	}
@@ -592,9 +593,12 @@ type filterBody struct {
 	States        []redrive.State `json:"states"`
 	Class         string          `json:"class"`
 	ErrorContains string          `json:"error_contains"`
-	Since         string          `json:"since"`
-	Until         string          `json:"until"`
-	Limit         int             `json:"limit"`
+	// Fingerprint selects the items of one error group (the fingerprint
+	// of a group of GET /api/v1/errors). Default "": any.
+	Fingerprint string `json:"fingerprint"`
+	Since       string `json:"since"`
+	Until       string `json:"until"`
+	Limit       int    `json:"limit"`
 	// IDs, when set, selects only these items (the item page's actions).
 	IDs []int64 `json:"ids"`
 }
@@ -602,7 +606,7 @@ type filterBody struct {
 // filter returns the filter, refusing states outside allowed.
 func (d filterBody) filter(allowed ...redrive.State) (redrive.ItemFilter, error) {
 	f := redrive.ItemFilter{RunID: d.Run, Pipeline: d.Pipeline, Stage: d.Stage, Key: d.Key, Class: d.Class,
-		ErrorContains: d.ErrorContains, Limit: d.Limit, IDs: d.IDs}
+		ErrorContains: d.ErrorContains, Fingerprint: d.Fingerprint, Limit: d.Limit, IDs: d.IDs}
 	if d.Run < 0 {
 		return f, badField("run", "must be a positive run ID")
 	}
@@ -646,7 +650,7 @@ func joinStates(ss []redrive.State) string {
 
 func (d filterBody) empty() bool {
 	return d.Run == 0 && d.Pipeline == "" && d.Stage == "" && d.Key == "" && d.Class == "" && d.ErrorContains == "" &&
-		d.Since == "" && d.Until == "" && d.Limit == 0 && len(d.IDs) == 0
+		d.Fingerprint == "" && d.Since == "" && d.Until == "" && d.Limit == 0 && len(d.IDs) == 0
 }
 
 // dlqRequest is the body of POST /api/v1/dlq/redrive and /purge.

@@ -35,7 +35,8 @@ func filterQuery(f redrive.ItemFilter) string {
 	if f.RunID != 0 {
 		v.Set("run", strconv.FormatInt(f.RunID, 10))
 	}
-	for k, s := range map[string]string{"pipeline": f.Pipeline, "stage": f.Stage, "key": f.Key, "class": f.Class, "error_contains": f.ErrorContains} {
+	for k, s := range map[string]string{"pipeline": f.Pipeline, "stage": f.Stage, "key": f.Key, "class": f.Class, "error_contains": f.ErrorContains,
+		"fingerprint": f.Fingerprint} {
 		if s != "" {
 			v.Set(k, s)
 		}

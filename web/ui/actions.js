@@ -61,7 +61,7 @@ async function post(path, body) {
 function requestOf(f) {
   const r = {};
   if (f.run) r.run = Number(f.run);
-  for (const k of ["pipeline", "stage", "key", "class", "error_contains", "since", "until"]) if (f[k]) r[k] = f[k];
+  for (const k of ["pipeline", "stage", "key", "class", "error_contains", "fingerprint", "since", "until"]) if (f[k]) r[k] = f[k];
   if (f.state) r.states = f.state.split(",");
   return r;
 }

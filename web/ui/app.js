@@ -124,7 +124,7 @@ async function viewRun(id, params) {
 }
 
 // dlqFilters are the filter fields of the items view, as URL keys.
-const dlqFilters = ["run", "pipeline", "stage", "key", "state", "class", "error_contains", "since", "until"];
+const dlqFilters = ["run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "since", "until"];
 
 // stateChoices are the states the items view filters on; the first three
 // are the dead-letter queue's, with their errors grouped by cause.
@@ -150,7 +150,7 @@ async function viewDLQ(params) {
   const [page, total, groups] = await Promise.all([api((dlq ? "/dlq?" : "/items?") + q), api("/count?" + st),
     dlq ? api("/errors?" + fq) : Promise.resolve(null)]);
   const input = (k, label, type) => el("label", {}, label + " ",
-    el("input", { name: k, type: type || "text", value: params.get(k) || "", size: k === "error_contains" ? 24 : 10 }));
+    el("input", { name: k, type: type || "text", value: params.get(k) || "", size: k === "error_contains" || k === "fingerprint" ? 24 : 10 }));
   const stateSel = el("select", { name: "state", id: "filter-state" },
     stateChoices.map((v) => {
       const o = el("option", { value: v }, v.replace(",", " and "));
@@ -159,7 +159,7 @@ async function viewDLQ(params) {
     }));
   const form = el("form", { class: "filters", "aria-label": "Filter items" },
     input("run", "Run"), input("pipeline", "Pipeline"), input("stage", "Stage"), input("key", "Key"),
-    el("label", {}, "State ", stateSel), input("class", "Class"), input("error_contains", "Error text"),
+    el("label", {}, "State ", stateSel), input("class", "Class"), input("error_contains", "Error text"), input("fingerprint", "Cause"),
     input("since", "Since (RFC 3339)"), input("until", "Until"),
     el("button", { type: "submit" }, "Filter"), link("#/dlq", "Clear"));
   form.addEventListener("submit", (ev) => {
@@ -173,7 +173,7 @@ async function viewDLQ(params) {
     to.set("pipeline", g.pipeline);
     to.set("stage", g.stage);
     to.set("class", g.class);
-    if (g.messages === 1) to.set("error_contains", g.examples[0]);
+    to.set("fingerprint", g.fingerprint);
     return el("tr", {},
       el("td", {}, g.stage), el("td", {}, g.class),
       el("td", {}, el("code", {}, g.fingerprint), g.messages > 1 ? el("div", { class: "muted" }, "e.g. " + g.examples[0]) : null),
