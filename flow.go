@@ -87,7 +87,11 @@ func newFlow(name string, r RateLimit, br *retry.Breaker, now func() time.Time) 
 	if f.maxLimit == 0 {
 		f.maxLimit = DefaultMaxLimited
 	}
-	f.lim = retry.NewLimiter(retry.LimiterOptions{Rate: r.Rate, Burst: r.Burst, MinRate: r.MinRate, Now: now})
+	// A stage's slow start is clocked by its window alone (InitialRate -1): a stage may
+	// call nothing that can be overloaded, and a ramp by time from 10 calls/s would hold a
+	// no-op stage back for half a minute on its way to 20,000/s. The ramp by time belongs
+	// to what knows it calls a dependency: retryhttp.Transport ramps per host.
+	f.lim = retry.NewLimiter(retry.LimiterOptions{Rate: r.Rate, Burst: r.Burst, MinRate: r.MinRate, InitialRate: -1, Now: now})
 	return f
 }
 

@@ -13,10 +13,11 @@ import (
 // dependency whose limit is unknown, which starts slowly and adapts.
 type LimiterOptions struct {
 	// Rate is the most calls per second the limiter lets start, and where it starts.
-	// 0 means the limit is unknown: the limiter starts with InitialWindow calls in flight,
-	// widens that window by one call per success (slow start, doubling it every round
-	// trip) and, at the first push back, paces calls at a rate estimated from the
-	// successes of the last second; from then on it adapts with no ceiling.
+	// 0 means the limit is unknown: the limiter starts in slow start, which caps its
+	// calls twice, by time (InitialRate, doubling every 2.5 s of calls) and by calls in
+	// flight (InitialWindow, widened by one call per success); at the first push back it
+	// paces calls at a rate estimated from the successes of the last second, and from
+	// then on it adapts with no ceiling.
 	Rate float64
 	// Burst is how many calls may start together after a quiet spell; 0 means 1, so that
 	// calls are evenly spaced.
@@ -27,6 +28,17 @@ type LimiterOptions struct {
 	// InitialWindow is how many calls may be in flight at the start of slow start; 0 means 4.
 	// Unused when Rate is set.
 	InitialWindow int
+	// InitialRate is the rate slow start begins at, in calls per second; 0 means
+	// DefaultInitialRate (10). Slow start spaces its calls evenly at a rate that doubles
+	// with every 2.5 s of calls that keep to it, so that a dependency whose round trips
+	// take a millisecond still sees a ramp and not a burst: a token bucket whose burst is
+	// a second of its rate C runs dry at 1.94 C, where a window clocked by round trips
+	// alone sent 6 – 15 C in a tenth of a second. The price is time: reaching a limit C
+	// takes about 2.5 × log2(C/InitialRate) seconds (50/s: 6 s, 1,000/s: 17 s), so a
+	// caller that knows its dependency takes more sets a higher InitialRate (or Rate).
+	// A negative value turns the ramp off: slow start by the window alone, whose first
+	// tenth of a second may carry any number of calls. Unused when Rate is set.
+	InitialRate float64
 	// Decrease is the factor a push back multiplies the rate by; 0 means 0.7. Values
 	// outside (0, 1) are replaced by the default.
 	Decrease float64
@@ -70,7 +82,9 @@ type Limiter struct {
 	pause    atomic.Int64  // no call starts before this, Unix ns
 	succ     successRing
 
-	// Slow start: a window of calls in flight that grows by one per success.
+	// Slow start: a ramp of evenly spaced calls (its rate in ramp, its next slot in
+	// tat) and a window of calls in flight that grows by one per success.
+	ramp     atomic.Uint64 // float64 bits; 0: slow start is not paced by time
 	slow     atomic.Bool
 	window   atomic.Int64
 	inflight atomic.Int64
@@ -118,6 +132,12 @@ func NewLimiter(o LimiterOptions) *Limiter {
 		if o.InitialWindow <= 0 {
 			l.window.Store(4)
 		}
+		switch {
+		case o.InitialRate == 0:
+			l.ramp.Store(math.Float64bits(DefaultInitialRate))
+		case o.InitialRate > 0:
+			l.ramp.Store(math.Float64bits(o.InitialRate))
+		}
 	}
 	return l
 }
@@ -149,11 +169,24 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 			return Permit{}, err
 		}
 		if l.slow.Load() {
+			if d := l.reserveRamp(l.o.Now().UnixNano()); d > 0 {
+				t := time.NewTimer(time.Duration(d))
+				select {
+				case <-ctx.Done():
+					t.Stop()
+					l.leaveWindow()
+					return Permit{}, ctx.Err()
+				case <-t.C:
+				}
+			}
+		}
+		if l.slow.Load() {
 			now := l.o.Now().UnixNano()
 			l.first.CompareAndSwap(0, now)
 			return Permit{l: l, start: now, slow: true}, nil
 		}
-		// The window closed for good while waiting: pace as everybody else.
+		// Slow start ended while this call waited for the window or for its slot of
+		// the ramp: pace it as everybody else, not at the ramp that was pushed back.
 		l.leaveWindow()
 	}
 	d := l.reserve(l.o.Now().UnixNano())
@@ -192,6 +225,49 @@ func (l *Limiter) reserve(now int64) int64 {
 			l.limited.Store(now)
 		}
 		return 0
+	}
+}
+
+// DefaultInitialRate is the rate, in calls per second, at which a Limiter whose Rate is
+// unknown begins its slow start when LimiterOptions.InitialRate is 0.
+const DefaultInitialRate = 10
+
+// rampDoubling is how long slow start's rate takes to double while calls keep to it.
+// A ramp that doubles every d seconds spends a token bucket's burst b on top of its rate C
+// by the time it reaches x·C, where x - 1 - ln x = (b/C)·ln(2)/d. For the common burst of
+// a second of rate (b = C) that is 2.68 C at d = 1 s, 2.08 C at 2 s and 1.94 C at 2.5 s:
+// 2.5 s is the fastest doubling that keeps such a bucket's first refusals under 2 C. A
+// smaller burst is spent sooner (b = C/10: 1.25 C).
+const rampDoubling = 2500 * time.Millisecond
+
+// reserveRamp takes the next slot of slow start's ramp and returns how long to wait for
+// it. A call that keeps to the ramp (it waits for its slot, or comes within an interval
+// of it) raises the ramp's rate by 2^(interval/rampDoubling): rampDoubling of such calls
+// doubles it. Calls that come slower than the ramp leave it as it is, so a limiter that
+// idles (or that its window holds back) does not ramp up to a rate it never tried.
+func (l *Limiter) reserveRamp(now int64) int64 {
+	for {
+		bits := l.ramp.Load()
+		if bits == 0 {
+			return 0
+		}
+		r := math.Float64frombits(bits)
+		iv := int64(float64(time.Second) / r)
+		tat := l.tat.Load()
+		slot := max(tat, now)
+		if !l.tat.CompareAndSwap(tat, slot+iv) {
+			continue
+		}
+		if now-tat < iv {
+			growth := math.Exp2(float64(iv) / float64(rampDoubling))
+			for {
+				bits := l.ramp.Load()
+				if bits == 0 || l.ramp.CompareAndSwap(bits, math.Float64bits(math.Float64frombits(bits)*growth)) {
+					break
+				}
+			}
+		}
+		return slot - now
 	}
 }
 
@@ -320,6 +396,12 @@ func (p Permit) PushBack() bool {
 			for {
 				w := l.window.Load()
 				if l.window.CompareAndSwap(w, max(w/2, 1)) {
+					break
+				}
+			}
+			for {
+				bits := l.ramp.Load()
+				if bits == 0 || l.ramp.CompareAndSwap(bits, math.Float64bits(max(math.Float64frombits(bits)/2, l.floor))) {
 					break
 				}
 			}

@@ -7,7 +7,6 @@ import (
 	"net"
 	"net/http"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -144,10 +143,11 @@ func TestLimiterIdleRateDoesNotGrow(t *testing.T) {
 
 // TestLimiterSlowStart: an unknown limit starts with a window of 4 calls in flight that
 // each success widens by one; the first push back ends slow start at the rate of the
-// last second's successes times the decrease factor.
+// last second's successes times the decrease factor. (The ramp by time, which the test
+// turns off, is TestLimiterSlowStartRamp's.)
 func TestLimiterSlowStart(t *testing.T) {
 	c := newLimClock()
-	l := NewLimiter(LimiterOptions{Now: c.now})
+	l := NewLimiter(LimiterOptions{InitialRate: -1, Now: c.now})
 	if !l.SlowStart() || !math.IsInf(l.Rate(), 1) {
 		t.Fatalf("zero options: slow start %v rate %v", l.SlowStart(), l.Rate())
 	}
@@ -256,35 +256,43 @@ func TestGate(t *testing.T) {
 
 // TestLimiterAgainstTokenBucket drives a real HTTP server on loopback that enforces a
 // token bucket (50/s, burst 10, 429 when empty) through a zero-options Limiter from 8
-// goroutines for 3 s: after slow start the limiter finds the rate, so 429s stay a small
-// share of the calls and no 100 ms window carries many more calls than the bucket allows.
+// goroutines for 9 s: slow start's ramp (10/s, doubling every 2.5 s) reaches the limit
+// after about 6 s without a burst, and after its first push back the limiter keeps near
+// the rate, so 429s stay a small share of the calls.
 func TestLimiterAgainstTokenBucket(t *testing.T) {
 	if testing.Short() {
-		t.Skip("3 s")
+		t.Skip("9 s")
 	}
 	const rate, burst = 50.0, 10.0
 	var (
 		mu       sync.Mutex
 		tokens   = burst
 		last     = time.Now()
-		ok, full atomic.Int64
+		arrivals []time.Time
+		oks      []time.Time
+		first429 time.Time
+		limited  int
 	)
 	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		mu.Lock()
 		now := time.Now()
+		arrivals = append(arrivals, now)
 		tokens = math.Min(burst, tokens+now.Sub(last).Seconds()*rate)
 		last = now
 		allowed := tokens >= 1
 		if allowed {
 			tokens--
+			oks = append(oks, now)
+		} else {
+			limited++
+			if first429.IsZero() {
+				first429 = now
+			}
 		}
 		mu.Unlock()
 		if !allowed {
-			full.Add(1)
 			w.WriteHeader(http.StatusTooManyRequests)
-			return
 		}
-		ok.Add(1)
 	})}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -294,8 +302,9 @@ func TestLimiterAgainstTokenBucket(t *testing.T) {
 	defer srv.Close()
 	url := "http://" + ln.Addr().String() + "/"
 	l := NewLimiter(LimiterOptions{})
-	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), 9*time.Second)
 	defer cancel()
+	begin := time.Now()
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Add(1)
@@ -322,17 +331,43 @@ func TestLimiterAgainstTokenBucket(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	succeeded, limited := ok.Load(), full.Load()
-	t.Logf("succeeded %d, 429 %d, final rate %.1f/s", succeeded, limited, l.Rate())
-	// 3 s at 50/s plus the burst is at most 160. A limiter stuck near its floor
-	// (1/s) or in its first window would deliver a few dozen; the bound leaves room
-	// for a machine so busy that the callers themselves fall behind (75 was seen
-	// with both cores loaded).
-	if succeeded < 60 {
-		t.Errorf("only %d calls succeeded in 3 s at 50/s", succeeded)
+	end := time.Now()
+	mu.Lock()
+	defer mu.Unlock()
+	peak := 0
+	for i, a := range arrivals {
+		n := 0
+		for _, b := range arrivals[i:] {
+			if b.Sub(a) >= 100*time.Millisecond {
+				break
+			}
+			n++
+		}
+		peak = max(peak, n)
 	}
-	if limited > succeeded/5 {
-		t.Errorf("%d calls refused for %d that succeeded", limited, succeeded)
+	after := 0
+	for _, at := range oks {
+		if !first429.IsZero() && !at.Before(first429) {
+			after++
+		}
+	}
+	t.Logf("succeeded %d (%d after the first 429, %.1f s in), 429 %d, busiest 100 ms %d calls, final rate %.1f/s",
+		len(oks), after, first429.Sub(begin).Seconds(), limited, peak, l.Rate())
+	if first429.IsZero() {
+		t.Fatalf("no 429 in 9 s: %d calls succeeded, slow start never reached 50/s", len(oks))
+	}
+	// After its first push back the limiter keeps near 50/s. A limiter stuck near its
+	// floor (1/s) would deliver a handful; the bound leaves room for a machine so busy
+	// that the callers themselves fall behind.
+	if span := end.Sub(first429).Seconds(); span > 1 && float64(after) < 0.4*rate*span {
+		t.Errorf("%d calls succeeded in the %.1f s after the first 429: below 0.4 × 50/s", after, span)
+	}
+	if limited > len(oks)/5 {
+		t.Errorf("%d calls refused for %d that succeeded", limited, len(oks))
+	}
+	// Twice the 2 × C line (10 calls): late timers on a loaded machine bunch calls.
+	if peak > 20 {
+		t.Errorf("%d calls in 100 ms against a limit of 50/s", peak)
 	}
 }
 
@@ -385,6 +420,91 @@ func TestLimiterCycleFindsRate(t *testing.T) {
 		}
 		if r < 0.5*rate {
 			t.Fatalf("push back %d left the rate at %.0f/s, below half the limit: %.0f", i+2, r, rates)
+		}
+	}
+}
+
+// TestLimiterSlowStartRamp: slow start spaces calls evenly at InitialRate (default 10/s)
+// and doubles that rate with every rampDoubling of calls that keep to it; calls that come
+// slower than the ramp (an idle limiter) do not raise it.
+func TestLimiterSlowStartRamp(t *testing.T) {
+	c := newLimClock()
+	l := NewLimiter(LimiterOptions{Now: c.now})
+	rampRate := func() float64 { return math.Float64frombits(l.ramp.Load()) }
+	if r := rampRate(); r != DefaultInitialRate {
+		t.Fatalf("zero options: ramp starts at %v/s, want %v/s", r, DefaultInitialRate)
+	}
+	// Ten callers at once: one slot each, about a tenth of a second apart (each raises
+	// the rate a little, as it waits for its slot), none together.
+	var prev int64 = -1
+	for i := range 10 {
+		d := l.reserveRamp(c.now().UnixNano())
+		if i == 0 && d != 0 {
+			t.Fatalf("the first call waits %v", time.Duration(d))
+		}
+		if i > 0 && (d-prev < int64(75*time.Millisecond) || d-prev > int64(100*time.Millisecond)) {
+			t.Fatalf("call %d starts %v after the one before, want about 100 ms at 10/s", i, time.Duration(d-prev))
+		}
+		prev = d
+	}
+	// Callers that always wait for their slot: the rate doubles every rampDoubling.
+	// (The slots run ahead of the clock by the ten reserved above.)
+	tat0, r0 := l.tat.Load(), rampRate()
+	for l.tat.Load()-tat0 < int64(2*rampDoubling) {
+		c.add(time.Duration(l.reserveRamp(c.now().UnixNano())))
+	}
+	if got, want := rampRate(), 4*r0; got < 0.9*want || got > 1.1*want {
+		t.Fatalf("after 2 × %v of calls at the ramp: %.1f/s, want about %.1f/s", rampDoubling, got, want)
+	}
+	// A call every 10 s, far slower than the ramp, does not raise it.
+	r1 := rampRate()
+	for range 10 {
+		c.add(10 * time.Second)
+		if d := l.reserveRamp(c.now().UnixNano()); d != 0 {
+			t.Fatalf("an idle limiter made a call wait %v", time.Duration(d))
+		}
+	}
+	if got := rampRate(); got != r1 {
+		t.Fatalf("idle calls raised the ramp from %.1f/s to %.1f/s", r1, got)
+	}
+	// A negative InitialRate: slow start by the window alone.
+	if l := NewLimiter(LimiterOptions{InitialRate: -1, Now: c.now}); l.reserveRamp(c.now().UnixNano()) != 0 || l.reserveRamp(c.now().UnixNano()) != 0 {
+		t.Fatal("a negative InitialRate still paces slow start")
+	}
+}
+
+// TestLimiterRampAgainstBucket: against token buckets the limiter knows nothing about,
+// whose burst is up to a second of their rate C, slow start's ramp sends no 100 ms window
+// above 2 C before the bucket runs dry (where a window clocked by millisecond round trips
+// alone sent 6 – 14 C). A bucket whose burst is a second of its rate is the worst case of
+// these: the ramp spends that burst's excess over C while it rises.
+func TestLimiterRampAgainstBucket(t *testing.T) {
+	for _, tc := range []struct{ rate, burst float64 }{{50, 50}, {100, 10}, {20, 20}, {1000, 1000}, {200, 20}} {
+		c := newLimClock()
+		l := NewLimiter(LimiterOptions{Now: c.now})
+		tokens, last, begin := tc.burst, c.now(), c.now()
+		windows := map[int64]int{}
+		calls := 0
+		for {
+			c.add(time.Duration(l.reserveRamp(c.now().UnixNano())))
+			now := c.now()
+			windows[int64(now.Sub(begin)/(100*time.Millisecond))]++
+			calls++
+			tokens = math.Min(tc.burst, tokens+now.Sub(last).Seconds()*tc.rate)
+			last = now
+			if tokens < 1 {
+				break
+			}
+			tokens--
+		}
+		peak := 0
+		for _, n := range windows {
+			peak = max(peak, n)
+		}
+		t.Logf("C = %v/s, burst %v: dry after %v and %d calls, ramp at %.2f C, busiest 100 ms %.1f C",
+			tc.rate, tc.burst, c.now().Sub(begin).Round(time.Millisecond), calls, math.Float64frombits(l.ramp.Load())/tc.rate, float64(peak)/(tc.rate/10))
+		if float64(peak) > 2*tc.rate/10 {
+			t.Errorf("C = %v/s, burst %v: %d calls in one 100 ms window, above 2 C", tc.rate, tc.burst, peak)
 		}
 	}
 }
