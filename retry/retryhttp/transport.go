@@ -30,8 +30,9 @@ const DefaultMaxIdleConnsPerHost = 64
 //     and every failed body it does not return is drained (up to MaxDrain bytes) and closed.
 //   - Rate limits slow every call to the host, not just the one that got them (flow
 //     control, per host, unless NoFlowControl), through a retry.Limiter at its defaults:
-//     a slow start (4 calls in flight, one more per success) until the host first pushes
-//     back; then a 429, or any status with a Retry-After, cuts the rate by 30 % (at most
+//     a slow start (calls evenly spaced from 10 per second, a rate that doubles every
+//     2.5 s, and at most 4 calls in flight, one more per success) until the host first
+//     pushes back; then a 429, or any status with a Retry-After, cuts the rate by 30 % (at most
 //     once per round of calls, never below 1 per second) and successes raise it again
 //     (AIMD). A Retry-After closes a retry.Gate: no call to the host goes out before it
 //     ends (capped at Policy.MaxRateLimitWait, default 5 minutes), and when it opens the
