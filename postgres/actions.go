@@ -89,12 +89,7 @@ func (s *Store) ItemActions(ctx context.Context, itemID int64) ([]redrive.AuditA
 	if err != nil {
 		return nil, s.fail("item actions", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (redrive.AuditAction, error) {
-		var x redrive.AuditAction
-		err := row.Scan(&x.ID, &x.At, &x.Actor, &x.Kind, &x.Filter, &x.Count, &x.Detail)
-		x.At = x.At.UTC()
-		return x, err
-	})
+	out, err := pgx.CollectRows(rows, scanAction)
 	if err != nil {
 		return nil, s.fail("item actions", err)
 	}

@@ -41,14 +41,18 @@ func (s *Store) ListActions(ctx context.Context, f redrive.AuditFilter) ([]redri
 	if err != nil {
 		return nil, s.fail("list actions", err)
 	}
-	out, err := pgx.CollectRows(rows, func(row pgx.CollectableRow) (redrive.AuditAction, error) {
-		var x redrive.AuditAction
-		err := row.Scan(&x.ID, &x.At, &x.Actor, &x.Kind, &x.Filter, &x.Count, &x.Detail)
-		x.At = x.At.UTC()
-		return x, err
-	})
+	out, err := pgx.CollectRows(rows, scanAction)
 	if err != nil {
 		return nil, s.fail("list actions", err)
 	}
 	return out, nil
+}
+
+// scanAction reads an audit_log row selected as id, at, actor, kind,
+// filter, count, detail.
+func scanAction(row pgx.CollectableRow) (redrive.AuditAction, error) {
+	var x redrive.AuditAction
+	err := row.Scan(&x.ID, &x.At, &x.Actor, &x.Kind, &x.Filter, &x.Count, &x.Detail)
+	x.At = x.At.UTC()
+	return x, err
 }

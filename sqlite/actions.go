@@ -87,18 +87,8 @@ func (s *Store) ItemActions(ctx context.Context, itemID int64) ([]redrive.AuditA
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: item actions: %w", err)
 	}
-	defer rows.Close()
-	var out []redrive.AuditAction
-	for rows.Next() {
-		var a redrive.AuditAction
-		var at int64
-		if err := rows.Scan(&a.ID, &at, &a.Actor, &a.Kind, &a.Filter, &a.Count, &a.Detail); err != nil {
-			return nil, fmt.Errorf("sqlite: item actions: %w", err)
-		}
-		a.At = ntz(at)
-		out = append(out, a)
-	}
-	if err := rows.Err(); err != nil {
+	out, err := scanActions(rows)
+	if err != nil {
 		return nil, fmt.Errorf("sqlite: item actions: %w", err)
 	}
 	return out, nil

@@ -44,19 +44,26 @@ func (s *Store) ListActions(ctx context.Context, f redrive.AuditFilter) ([]redri
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list actions: %w", err)
 	}
+	out, err := scanActions(rows)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list actions: %w", err)
+	}
+	return out, nil
+}
+
+// scanActions reads and closes audit_log rows selected as id, at, actor,
+// kind, filter, count, detail.
+func scanActions(rows *sql.Rows) ([]redrive.AuditAction, error) {
 	defer rows.Close()
 	var out []redrive.AuditAction
 	for rows.Next() {
 		var a redrive.AuditAction
 		var at int64
 		if err := rows.Scan(&a.ID, &at, &a.Actor, &a.Kind, &a.Filter, &a.Count, &a.Detail); err != nil {
-			return nil, fmt.Errorf("sqlite: list actions: %w", err)
+			return nil, err
 		}
 		a.At = ntz(at)
 		out = append(out, a)
 	}
-	if err := rows.Err(); err != nil {
-		return nil, fmt.Errorf("sqlite: list actions: %w", err)
-	}
-	return out, nil
+	return out, rows.Err()
 }
