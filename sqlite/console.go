@@ -185,18 +185,7 @@ func (s *Store) keptFailureCounts(ctx context.Context, f redrive.ItemFilter) ([]
 		args = append(args, string(st))
 	}
 	where := []string{"kind IN (" + strings.Join(kinds, ", ") + ", 'failed')"}
-	for _, c := range []struct{ col, v string }{
-		{"pipeline", f.Pipeline}, {"stage", f.Stage}, {"class", f.Class}, {"fingerprint", f.Fingerprint},
-	} {
-		if c.v != "" {
-			where = append(where, c.col+" = ?")
-			args = append(args, c.v)
-		}
-	}
-	if f.RunID != 0 {
-		where = append(where, "run_id = ?")
-		args = append(args, f.RunID)
-	}
+	where, args = causeWhere(f, where, args)
 	rows, err := s.r.QueryContext(ctx, `SELECT pipeline, stage, class, fingerprint,
 			SUM(CASE WHEN kind = 'failed' THEN 0 ELSE n END), SUM(CASE WHEN kind = 'failed' THEN n ELSE 0 END)
 		FROM failure_counts WHERE `+strings.Join(where, " AND ")+`
@@ -241,18 +230,7 @@ func keptCountsServe(f redrive.ItemFilter) bool {
 func attemptWhere(f redrive.ItemFilter) (string, []any) {
 	where := []string{"fingerprint IS NOT NULL"}
 	var args []any
-	for _, c := range []struct{ col, v string }{
-		{"pipeline", f.Pipeline}, {"stage", f.Stage}, {"class", f.Class}, {"fingerprint", f.Fingerprint},
-	} {
-		if c.v != "" {
-			where = append(where, c.col+" = ?")
-			args = append(args, c.v)
-		}
-	}
-	if f.RunID != 0 {
-		where = append(where, "run_id = ?")
-		args = append(args, f.RunID)
-	}
+	where, args = causeWhere(f, where, args)
 	if f.ErrorContains != "" {
 		where = append(where, "instr(lower(error), lower(?)) > 0")
 		args = append(args, f.ErrorContains)
@@ -307,4 +285,23 @@ func mergeCauses(dead, failed []causeCount) []redrive.ErrorGroup {
 		}
 	}
 	return groups
+}
+
+// causeWhere adds to where and args the predicates on the columns that
+// attempts and failure_counts share: f's pipeline, stage, class,
+// fingerprint and run, each when set.
+func causeWhere(f redrive.ItemFilter, where []string, args []any) ([]string, []any) {
+	for _, c := range []struct{ col, v string }{
+		{"pipeline", f.Pipeline}, {"stage", f.Stage}, {"class", f.Class}, {"fingerprint", f.Fingerprint},
+	} {
+		if c.v != "" {
+			where = append(where, c.col+" = ?")
+			args = append(args, c.v)
+		}
+	}
+	if f.RunID != 0 {
+		where = append(where, "run_id = ?")
+		args = append(args, f.RunID)
+	}
+	return where, args
 }
