@@ -67,6 +67,10 @@ type Options struct {
 	Observers []func(redrive.Event)
 	// Logger receives the engine's log lines. Default none.
 	Logger *slog.Logger
+	// Started is called with the engine's client once it has started, before
+	// the run is awaited: the metrics package's TrackFlows takes its
+	// FlowStates from there. Default nil: nothing is called.
+	Started func(*redrive.Client)
 }
 
 // DefaultDB is the database used when Options.DB is empty: the file
@@ -239,6 +243,9 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 
 	if err := client.Start(bg); err != nil {
 		return nil, fmt.Errorf("runner: start: %w", err)
+	}
+	if opts.Started != nil {
+		opts.Started(client)
 	}
 	prog.start(bg, store, run.ID)
 

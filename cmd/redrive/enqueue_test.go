@@ -110,13 +110,15 @@ func TestRunMetricsAddr(t *testing.T) {
 			body = string(b)
 			// The engine's counters and the store-derived gauges (refreshed
 			// on their own schedule) both show up.
+			// So does the stage's flow control (redrive_flow_*).
 			if strings.Contains(body, `redrive_attempts_total{`) && strings.Contains(body, `outcome="succeeded"`) &&
-				strings.Contains(body, `redrive_items{`) && strings.Contains(body, `pipeline="gated"`) {
+				strings.Contains(body, `redrive_items{`) && strings.Contains(body, `pipeline="gated"`) &&
+				strings.Contains(body, `redrive_flow_slow_start{dependency="gated/work"}`) {
 				break
 			}
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("no attempt or item gauge of pipeline gated on /metrics: %v\n%s\nstderr:\n%s", err, body, stderr.String())
+			t.Fatalf("no attempt, item or flow gauge of pipeline gated on /metrics: %v\n%s\nstderr:\n%s", err, body, stderr.String())
 		}
 		time.Sleep(50 * time.Millisecond)
 	}

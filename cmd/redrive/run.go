@@ -122,6 +122,8 @@ func newRunCmd() *cobra.Command {
 				}
 				defer func() { stopMetrics(); <-stopped }()
 				o.Observers = append(o.Observers, m.Observe)
+				// The stages' pace, gate and time limited (redrive_flow_*).
+				o.Started = func(c *redrive.Client) { m.TrackFlows(c.FlowStates) }
 			}
 			o.Progress = cmd.ErrOrStderr()
 			o.Terminal = term.IsTerminal(int(os.Stderr.Fd()))

@@ -164,6 +164,7 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		}
 		g := &workerGroup{store: s, workers: workers, lease: lease, logger: logger, observers: []func(redrive.Event){m.Observe},
 			callbackSecret: callbackSecret, callbackAllowPrivate: callbackPrivate}
+		m.TrackFlows(g.flowStates)
 		h := web.NewHandler(s, web.Options{
 			Token:          token,
 			Tokens:         tokens,

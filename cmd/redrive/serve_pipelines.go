@@ -144,6 +144,11 @@ type workerGroup struct {
 	// hooked holds the pipelines with a webhook in the running set.
 	hooked atomic.Pointer[map[string]bool]
 
+	// running is the started client, for the metrics' flow states; nil
+	// while the workers are stopped. Read without mu, so that a scrape is
+	// never held up by a reload.
+	running atomic.Pointer[redrive.Client]
+
 	mu      sync.Mutex
 	current *pipelineSet
 	client  *redrive.Client
@@ -192,6 +197,7 @@ func (g *workerGroup) start(set *pipelineSet) error {
 		return fmt.Errorf("start workers: %w", err)
 	}
 	g.client, g.current = c, set
+	g.running.Store(c)
 	hooked := make(map[string]bool, len(set.hooks))
 	for _, h := range set.hooks {
 		hooked[h.Pipeline] = true
@@ -215,6 +221,15 @@ func (g *workerGroup) start(set *pipelineSet) error {
 	return nil
 }
 
+// flowStates returns the flow control of the running workers' stages (see
+// redrive.Client.FlowStates); nil while none run.
+func (g *workerGroup) flowStates() []redrive.FlowState {
+	if c := g.running.Load(); c != nil {
+		return c.FlowStates()
+	}
+	return nil
+}
+
 // delivererOwner names this process in the outbox's leases.
 func delivererOwner() string {
 	host, _ := os.Hostname()
@@ -232,6 +247,7 @@ func (g *workerGroup) stop() {
 		g.stopDel, g.delDone = nil, nil
 	}
 	if g.client != nil {
+		g.running.Store(nil)
 		stopClient(g.client, g.logger)
 		g.client = nil
 	}

@@ -111,7 +111,8 @@ func TestServePipelinesWebhookAndReload(t *testing.T) {
 		t.Fatalf("empty directory: %v", r)
 	}
 
-	cmd := exec.Command(binPath, "--db", "sqlite:"+db, "serve", "--migrate", "--addr", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	cmd := exec.Command(binPath, "--db", "sqlite:"+db, "serve", "--migrate", "--addr", addr,
 		"--pipelines", dir)
 	cmd.Env = cleanEnv("HOOK_URL="+srv.URL+"/hook", "HOOK_SECRET="+string(sink.secret))
 	var stderr syncBuffer
@@ -180,6 +181,25 @@ func TestServePipelinesWebhookAndReload(t *testing.T) {
 		return false
 	}, stderr.String)
 
+	// The stage's flow control is on /metrics, of the workers running now.
+	flowMetric := func() string {
+		resp, err := http.Get("http://" + addr + "/metrics")
+		if err != nil {
+			return ""
+		}
+		defer resp.Body.Close()
+		b, _ := io.ReadAll(resp.Body)
+		for _, l := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(l, `redrive_flow_slow_start{dependency="hooked/work"}`) {
+				return l
+			}
+		}
+		return ""
+	}
+	if l := flowMetric(); l == "" {
+		t.Errorf("no redrive_flow_slow_start of hooked/work on /metrics")
+	}
+
 	// Change the stage (its command's argument and its policy) and reload.
 	v2 := strings.Replace(fmt.Sprintf(hookedPipeline, "v2"), "max_attempts: 1", "max_attempts: 2", 1)
 	if err := os.WriteFile(file, []byte(v2), 0o644); err != nil {
@@ -193,6 +213,9 @@ func TestServePipelinesWebhookAndReload(t *testing.T) {
 	waitFor(t, "the item after the reload", 30*time.Second, finished(id), stderr.String)
 	if it, _ := s.GetItem(ctx, id); string(it.Payload) != `{"v":"v2"}` {
 		t.Errorf("output after reload = %s, want the changed stage's", it.Payload)
+	}
+	if l := flowMetric(); l == "" {
+		t.Errorf("no redrive_flow_slow_start of hooked/work on /metrics after the reload")
 	}
 	hash := func(id int64) string {
 		t.Helper()
