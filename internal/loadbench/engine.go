@@ -76,7 +76,7 @@ func runEngine(ctx context.Context, url string, items, workers int, observers ..
 		return counts{}, err
 	}
 	defer store.Close()
-	hc := &http.Client{Transport: &retryhttp.Transport{}}
+	hc := &http.Client{Transport: benchTransport()}
 	client := redrive.NewClient(store, redrive.Config{Workers: workers, Observers: observers})
 	if err := client.Register(Pipeline(hc, url)); err != nil {
 		return counts{}, err

@@ -127,6 +127,7 @@ func Overload(ctx context.Context, o OverloadOptions) ([]Result, error) {
 			time.Now().UTC().Format("15:04:05"), v, r.Succeeded, r.Dead, r.Unfinished, r.Requests(), r.Elapsed.Seconds())
 		if o.Trace != nil {
 			TraceBursts(o.Trace, r, 2)
+			TraceSends(o.Trace, r, 2)
 		}
 		out = append(out, r)
 	}
@@ -148,6 +149,14 @@ func runVariant(ctx context.Context, o OverloadOptions, v string) (Result, error
 	defer srv.Close()
 	r := Result{Name: v, Items: o.Items, Workers: o.Workers, Capacity: o.Rate, Width: srv.Rec.Width}
 	start := time.Now()
+	var stalls *stallWatch
+	var stopWatch context.CancelFunc = func() {}
+	if o.Trace != nil {
+		var wctx context.Context
+		wctx, stopWatch = context.WithCancel(ctx)
+		stalls = watchStalls(wctx, srv.Rec.Start, 20*time.Millisecond)
+	}
+	defer stopWatch()
 	vctx, cancel := context.WithTimeout(ctx, o.Limit)
 	defer cancel()
 	url := srv.URL + "/v1/complete"
@@ -172,7 +181,10 @@ func runVariant(ctx context.Context, o OverloadOptions, v string) (Result, error
 	}
 	r.Elapsed = time.Since(start)
 	r.Succeeded, r.Dead, r.Canceled, r.Unfinished = c.succeeded, c.dead, c.canceled, o.Items-c.succeeded-c.dead-c.canceled
-	r.Windows, r.Conns = srv.Rec.Windows(), srv.Conns()
+	r.Windows, r.Conns, r.Stamps = srv.Rec.Windows(), srv.Conns(), srv.Rec.Stamps()
+	if stalls != nil {
+		r.Stalls = stalls.stop(stopWatch)
+	}
 	return r, nil
 }
 

@@ -14,7 +14,6 @@ import (
 
 	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/postgres"
-	"github.com/redrive/redrive/retry/retryhttp"
 )
 
 // WorkerOptions configure Work.
@@ -40,7 +39,7 @@ func Work(ctx context.Context, o WorkerOptions) error {
 		return err
 	}
 	defer store.Close()
-	hc := &http.Client{Transport: &retryhttp.Transport{}}
+	hc := &http.Client{Transport: benchTransport()}
 	client := redrive.NewClient(store, redrive.Config{Workers: o.Workers, RunCheckInterval: 200 * time.Millisecond})
 	p := Pipeline(hc, o.URL)
 	p.Stages[0].RateLimit.Rate = o.Rate

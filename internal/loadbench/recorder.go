@@ -25,6 +25,14 @@ type Recorder struct {
 	windows []Window
 	keys    map[string]int
 	calls   []keyedCall
+	stamps  []Stamp
+}
+
+// Stamp is one arrival of a request that said when its client sent it (SentHeader).
+type Stamp struct {
+	// Sent and Arrived are the client's send time and the server's arrival time, since
+	// Start.
+	Sent, Arrived time.Duration
 }
 
 // keyedCall is one arrival of a named logical request.
@@ -56,6 +64,20 @@ func (r *Recorder) Arrive(at time.Time, key string) {
 		r.calls = append(r.calls, keyedCall{at.Sub(r.Start), key})
 	}
 	r.mu.Unlock()
+}
+
+// Sent records that the request that arrived at at was sent by its client at sent.
+func (r *Recorder) Sent(at, sent time.Time) {
+	r.mu.Lock()
+	r.stamps = append(r.stamps, Stamp{Sent: sent.Sub(r.Start), Arrived: at.Sub(r.Start)})
+	r.mu.Unlock()
+}
+
+// Stamps returns a copy of the send times recorded so far, in order of arrival.
+func (r *Recorder) Stamps() []Stamp {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return append([]Stamp(nil), r.stamps...)
 }
 
 // Answer records the status of an answer given at at.

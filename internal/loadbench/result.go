@@ -27,6 +27,12 @@ type Result struct {
 	Conns int
 	// Capacity is the server's limit C in requests per second.
 	Capacity float64
+	// Stamps are the client's send times beside the server's arrival times, for the
+	// variants whose client sets SentHeader (engine, postgres); nil for the others.
+	Stamps []Stamp
+	// Stalls are the spells the benchmark's process (which runs the server, and the
+	// engine variants' engine) did not run, when traced; nil otherwise.
+	Stalls []Stall
 }
 
 // Requests returns the requests the server received.

@@ -87,6 +87,9 @@ func (s *Server) Close() error {
 func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	now := time.Now()
 	s.Rec.Arrive(now, r.Header.Get("X-Item"))
+	if sent, ok := sentAt(r.Header); ok {
+		s.Rec.Sent(now, sent)
+	}
 	_, _ = io.Copy(io.Discard, io.LimitReader(r.Body, 1<<20))
 	status := s.decide(now, w)
 	if status == http.StatusOK && s.opts.Latency > 0 {

@@ -3,6 +3,7 @@ package loadbench
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -71,6 +72,7 @@ func TraceBursts(w io.Writer, r Result, factor float64) {
 			}
 			fmt.Fprintf(w, "%s: window at %.1f s: %d arrivals (%.1f C), %d ok, %d 429; %s\n", r.Name,
 				float64(i)*r.Width.Seconds(), win.Arrivals, float64(win.Arrivals)/(r.Capacity*r.Width.Seconds()), win.OK, win.Limited, since)
+			traceSends(w, r, time.Duration(i)*r.Width)
 		}
 		if win.Limited > 0 {
 			if first < 0 {
@@ -80,3 +82,80 @@ func TraceBursts(w io.Writer, r Result, factor float64) {
 		}
 	}
 }
+
+// traceSends writes, for the window of r that begins at from, when the clients sent the
+// requests that arrived in it (SentHeader) and the stalls of the benchmark's process
+// around it: sends spread over the window or before it, with arrivals bunched, mean the
+// server read late; sends bunched mean the client sent them together.
+func traceSends(w io.Writer, r Result, from time.Duration) {
+	to := from + r.Width
+	var sent []time.Duration
+	var lag time.Duration
+	for _, s := range r.Stamps {
+		if s.Arrived >= from && s.Arrived < to {
+			sent = append(sent, s.Sent)
+			lag = max(lag, s.Arrived-s.Sent)
+		}
+	}
+	if len(sent) > 0 {
+		slices.Sort(sent)
+		before := 0
+		for _, s := range sent {
+			if s < from {
+				before++
+			}
+		}
+		fmt.Fprintf(w, "    sent: %d stamped, from %+.1f to %+.1f ms of the window's start (%d before it), densest 10 ms: %d, 100 ms: %d; longest arrival lag %.1f ms\n",
+			len(sent), ms(sent[0]-from), ms(sent[len(sent)-1]-from), before, densest(sent, 10*time.Millisecond), densest(sent, 100*time.Millisecond), ms(lag))
+	}
+	for _, st := range r.Stalls {
+		if st.At+st.Late >= from-r.Width && st.At < to {
+			fmt.Fprintf(w, "    stall of the bench process: %.1f ms from %+.1f ms\n", ms(st.Late), ms(st.At-from))
+		}
+	}
+}
+
+// TraceSends writes r's windows above factor × C counted by the clients' send times
+// (SentHeader) rather than by the server's arrival times, and the stalls of the
+// benchmark's process, for the variants whose client stamps its sends.
+func TraceSends(w io.Writer, r Result, factor float64) {
+	if len(r.Stamps) == 0 {
+		return
+	}
+	limit := factor * r.Capacity * r.Width.Seconds()
+	bySend := map[int]int{}
+	for _, s := range r.Stamps {
+		bySend[int(s.Sent/r.Width)]++
+	}
+	above, most := 0, 0
+	for _, n := range bySend {
+		most = max(most, n)
+		if float64(n) > limit {
+			above++
+		}
+	}
+	var longest time.Duration
+	over50 := 0
+	for _, st := range r.Stalls {
+		longest = max(longest, st.Late)
+		if st.Late > 50*time.Millisecond {
+			over50++
+		}
+	}
+	fmt.Fprintf(w, "%s: by send time: %d windows above %g C, busiest %.1f C (%d stamped requests); by arrival: %d above, busiest %.1f C; stalls of the bench process over 20 ms: %d, over 50 ms: %d, longest %.1f ms\n",
+		r.Name, above, factor, float64(most)/(r.Capacity*r.Width.Seconds()), len(r.Stamps), r.WindowsAbove(factor), r.PeakRatio(), len(r.Stalls), over50, ms(longest))
+}
+
+// densest returns the most of the sorted times ts that fall within one span of width d.
+func densest(ts []time.Duration, d time.Duration) int {
+	best, j := 0, 0
+	for i := range ts {
+		for ts[i]-ts[j] >= d {
+			j++
+		}
+		best = max(best, i-j+1)
+	}
+	return best
+}
+
+func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
