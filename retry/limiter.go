@@ -80,6 +80,7 @@ type Limiter struct {
 	peak     atomic.Uint64 // float64 bits: the rate at the last push back
 	first    atomic.Int64  // the first call's start, Unix ns
 	pause    atomic.Int64  // no call starts before this, Unix ns
+	started  atomic.Int64  // the latest start of a paced call, Unix ns
 	succ     successRing
 
 	// Slow start: a ramp of evenly spaced calls (its rate in ramp, its next slot in
@@ -90,6 +91,8 @@ type Limiter struct {
 	inflight atomic.Int64
 	mu       sync.Mutex
 	widened  chan struct{} // closed and replaced when the window widens or a call ends
+
+	sleepHook func(context.Context, time.Duration) error // tests: sleep in the test's time
 }
 
 // Permit is one call let through by a Limiter. Report its result exactly once with
@@ -189,19 +192,78 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 		// the ramp: pace it as everybody else, not at the ramp that was pushed back.
 		l.leaveWindow()
 	}
-	d := l.reserve(l.o.Now().UnixNano())
-	if d > 0 {
-		t := time.NewTimer(time.Duration(d))
-		select {
-		case <-ctx.Done():
-			t.Stop()
-			return Permit{}, ctx.Err()
-		case <-t.C:
-		}
-	}
 	now := l.o.Now().UnixNano()
+	for {
+		d := l.reserve(now)
+		if d <= 0 {
+			break
+		}
+		if err := l.sleep(ctx, time.Duration(d)); err != nil {
+			return Permit{}, err
+		}
+		slot := now + d
+		now = l.o.Now().UnixNano()
+		if !l.lateTogether(slot, now) {
+			break
+		}
+		// Woke late and another call has just started: the process stalled (load, a
+		// collection) and released the callers whose slots passed meanwhile all at
+		// once. Going now would send them together, above the rate; take a fresh slot
+		// behind the callers already waiting instead.
+	}
+	l.started.Store(now)
 	l.first.CompareAndSwap(0, now)
 	return Permit{l: l, start: now}, nil
+}
+
+// lateAfter is how late after its slot a call that slept may still start whatever
+// other calls do: more than timers' ordinary lateness on a loaded machine, less than
+// the stall of a process that the machine leaves unscheduled for a tenth of a second.
+const lateAfter = 10 * time.Millisecond
+
+// lateTogether reports whether a call whose slot was at slot, awake at now, is late
+// (by more than an interval, and more than lateAfter) while another call started less
+// than half an interval ago. Otherwise it claims now as the latest start, so that of
+// the late callers woken together exactly one goes. A caller that is merely late goes:
+// if every wake-up is late (a machine that is slow all the time), late callers still
+// start about an interval apart and do not take fresh slots forever.
+func (l *Limiter) lateTogether(slot, now int64) bool {
+	iv := l.interval.Load()
+	if now-slot <= max(iv, int64(lateAfter)) {
+		return false
+	}
+	for {
+		last := l.started.Load()
+		if now-last < iv/2 {
+			return true
+		}
+		if l.started.CompareAndSwap(last, now) {
+			// This call goes in place of the slot it missed: the next slot the pace
+			// hands out is an interval after it, not a passed one that would send a
+			// re-reserved caller along with it.
+			for {
+				tat := l.tat.Load()
+				if tat >= now+iv || l.tat.CompareAndSwap(tat, now+iv) {
+					return false
+				}
+			}
+		}
+	}
+}
+
+// sleep waits for d or until ctx is done, in real time (or in the test's time).
+func (l *Limiter) sleep(ctx context.Context, d time.Duration) error {
+	if l.sleepHook != nil {
+		return l.sleepHook(ctx, d)
+	}
+	t := time.NewTimer(d)
+	select {
+	case <-ctx.Done():
+		t.Stop()
+		return ctx.Err()
+	case <-t.C:
+		return nil
+	}
 }
 
 // reserve takes the next slot of the pace (GCRA) and returns how long to wait for it.

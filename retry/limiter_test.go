@@ -6,6 +6,7 @@ import (
 	"math"
 	"net"
 	"net/http"
+	"slices"
 	"sync"
 	"testing"
 	"time"
@@ -508,6 +509,117 @@ func TestLimiterRampAgainstBucket(t *testing.T) {
 			tc.rate, tc.burst, c.now().Sub(begin).Round(time.Millisecond), calls, math.Float64frombits(l.ramp.Load())/tc.rate, float64(peak)/(tc.rate/10))
 		if float64(peak) > 2*tc.rate/10 {
 			t.Errorf("C = %v/s, burst %v: %d calls in one 100 ms window, above 2 C", tc.rate, tc.burst, peak)
+		}
+	}
+}
+
+// TestLimiterLateWakersDoNotStartTogether: callers sleeping on their slots of the pace
+// that all wake at once, late (the process stalled past their slots), start one at a
+// time: one goes, the others take fresh slots an interval apart, instead of all
+// starting in the same instant above the rate.
+func TestLimiterLateWakersDoNotStartTogether(t *testing.T) {
+	const n = 10
+	iv := 20 * time.Millisecond // 50/s
+	c := newLimClock()
+	l := NewLimiter(LimiterOptions{Rate: 50, Fixed: true, Now: c.now})
+	type event struct {
+		start int64         // a Wait returned a permit that started then
+		wake  time.Time     // or a Wait sleeps until wake on the limiter's clock
+		go_   chan struct{} // closed to wake it
+	}
+	events := make(chan event)
+	l.sleepHook = func(ctx context.Context, d time.Duration) error {
+		ch := make(chan struct{})
+		events <- event{wake: c.now().Add(d), go_: ch}
+		select {
+		case <-ch:
+			return nil
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	for range n {
+		go func() {
+			p, err := l.Wait(ctx)
+			if err != nil {
+				return
+			}
+			events <- event{start: p.start}
+		}()
+	}
+	var starts []int64
+	var sleeping []event
+	// collect waits until k callers have reported, each that it started or sleeps.
+	collect := func(k int) {
+		for range k {
+			select {
+			case ev := <-events:
+				if ev.go_ != nil {
+					sleeping = append(sleeping, ev)
+				} else {
+					starts = append(starts, ev.start)
+				}
+			case <-ctx.Done():
+				t.Fatalf("callers did not report: %d started, %d sleeping", len(starts), len(sleeping))
+			}
+		}
+	}
+	collect(n)
+	if len(starts) != 1 || len(sleeping) != n-1 {
+		t.Fatalf("%d started and %d sleep at first, want 1 and %d", len(starts), len(sleeping), n-1)
+	}
+	// The process stalls for half a second, past every slot, and then the timers of
+	// all the sleepers fire together.
+	c.add(500 * time.Millisecond)
+	stallEnd := c.now().UnixNano()
+	woken := sleeping
+	sleeping = nil
+	for _, s := range woken {
+		close(s.go_)
+	}
+	collect(len(woken))
+	together := 0
+	for _, s := range starts {
+		if s == stallEnd {
+			together++
+		}
+	}
+	if together != 1 {
+		t.Fatalf("%d calls started together at the end of the stall, want 1", together)
+	}
+	// From there on, every timer fires on time: the others start an interval apart.
+	for len(starts) < n {
+		if len(sleeping) == 0 {
+			t.Fatalf("%d started and nobody sleeps", len(starts))
+		}
+		next := sleeping[0].wake
+		for _, s := range sleeping {
+			if s.wake.Before(next) {
+				next = s.wake
+			}
+		}
+		c.add(next.Sub(c.now()))
+		var due []event
+		rest := sleeping[:0]
+		for _, s := range sleeping {
+			if !s.wake.After(next) {
+				due = append(due, s)
+			} else {
+				rest = append(rest, s)
+			}
+		}
+		sleeping = rest
+		for _, s := range due {
+			close(s.go_)
+		}
+		collect(len(due))
+	}
+	slices.Sort(starts)
+	for i := 2; i < len(starts); i++ { // starts[0] is the first call, before the stall
+		if gap := time.Duration(starts[i] - starts[i-1]); gap < iv {
+			t.Errorf("calls %d and %d started %v apart, less than the interval %v", i-1, i, gap, iv)
 		}
 	}
 }
