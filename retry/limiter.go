@@ -61,6 +61,10 @@ type LimiterOptions struct {
 // in slow start, so that even its first second is no burst. Share one Limiter between all
 // callers of one dependency.
 //
+// Paced calls are evenly spaced even when the process stalls: a caller whose slot
+// passed while it could not run, and that wakes just after another call started, takes a
+// fresh slot instead of going out together with the others woken by the stall.
+//
 // Call Wait before each call and report its result on the Permit it returns: Success,
 // PushBack, or Done for a result that says nothing about the dependency's capacity.
 // A Limiter is safe for concurrent use; its success path takes no lock.
