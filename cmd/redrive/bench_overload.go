@@ -87,8 +87,9 @@ By default every variant whose prerequisites exist runs: postgres needs
 	f.StringVar(&variants, "variants", "", "comma-separated variants to run (default: all whose prerequisites exist): "+strings.Join(loadbench.AllVariants, ","))
 	f.StringVar(&pgURL, "pg-url", "", "PostgreSQL URL of the postgres variant (default $REDRIVE_TEST_POSTGRES; a fresh schema is dropped afterwards)")
 	f.StringVar(&nginx, "nginx", "", "the nginx program of the nginx variants (default: nginx on PATH or /usr/sbin/nginx)")
-	f.BoolVar(&trace, "trace", false, "write every 100 ms window above 2 C, with its time relative to the 429s, to stderr")
-	cmd.AddCommand(newBenchOverloadWorkerCmd())
+	f.BoolVar(&trace, "trace", false, "write every 100 ms window above 2 C, with its time relative to the 429s, when its requests were sent and the stalls around it, to stderr")
+	f.BoolVar(&o.ServerProcess, "server-process", false, "run the token-bucket server in a process of its own, so that the stalls of the process under test are not the server's")
+	cmd.AddCommand(newBenchOverloadWorkerCmd(), newBenchOverloadServerCmd())
 	return cmd
 }
 
@@ -114,5 +115,24 @@ func newBenchOverloadWorkerCmd() *cobra.Command {
 	cmd.Flags().IntVar(&o.Workers, "workers", 11, "workers of this process")
 	cmd.Flags().Int64Var(&o.RunID, "run", 0, "the run to work until it ends")
 	cmd.Flags().Float64Var(&o.Rate, "rate", 0, "the stage's configured rate limit, shared through the database (0: adaptive)")
+	return cmd
+}
+
+// newBenchOverloadServerCmd is the token-bucket server of `redrive bench overload
+// --server-process`, in a process of its own.
+func newBenchOverloadServerCmd() *cobra.Command {
+	var o loadbench.ServerOptions
+	cmd := &cobra.Command{
+		Use:    "server",
+		Short:  "The overload benchmark's token-bucket server in a process of its own",
+		Hidden: true,
+		Args:   noArgs,
+		RunE: func(cmd *cobra.Command, _ []string) error {
+			return loadbench.ServeProcess(cmd.Context(), o, cmd.InOrStdin(), cmd.OutOrStdout())
+		},
+	}
+	cmd.Flags().Float64Var(&o.Rate, "rate", 50, "the limit C, requests per second")
+	cmd.Flags().IntVar(&o.Burst, "burst", 50, "the token bucket's size")
+	cmd.Flags().DurationVar(&o.RetryAfter, "retry-after", time.Second, "the Retry-After of each 429 (0: none)")
 	return cmd
 }

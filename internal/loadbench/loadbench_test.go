@@ -2,8 +2,10 @@ package loadbench
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -105,5 +107,49 @@ func TestOverloadSmoke(t *testing.T) {
 		if r.Conns < 1 || r.SuccessRate() <= 0 {
 			t.Errorf("%s: conns %d rate %v", r.Name, r.Conns, r.SuccessRate())
 		}
+	}
+}
+
+// TestServeProcess: the server of --server-process says where it listens, records the
+// send stamp of a request beside its arrival, and reports its windows when its input
+// closes.
+func TestServeProcess(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	inR, inW := io.Pipe()
+	outR, outW := io.Pipe()
+	done := make(chan error, 1)
+	go func() {
+		err := ServeProcess(ctx, ServerOptions{Rate: 10, Burst: 1}, inR, outW)
+		outW.CloseWithError(err)
+		done <- err
+	}()
+	dec := json.NewDecoder(outR)
+	var h serverHello
+	if err := dec.Decode(&h); err != nil {
+		t.Fatal(err)
+	}
+	sent := time.Now()
+	req, _ := http.NewRequest(http.MethodPost, h.URL+"/v1", nil)
+	req.Header.Set(SentHeader, strconv.FormatInt(sent.UnixNano(), 10))
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	inW.Close()
+	var rep serverReport
+	if err := dec.Decode(&rep); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if tot := Totals(rep.Windows); tot.Arrivals != 1 || tot.OK != 1 || rep.Conns != 1 {
+		t.Errorf("report %+v, want one request let through on one connection", rep)
+	}
+	if len(rep.Stamps) != 1 || rep.Stamps[0].Sent != sent.Sub(time.Unix(0, h.Start)) || rep.Stamps[0].Arrived < rep.Stamps[0].Sent {
+		t.Errorf("stamps %+v, want the one request sent at %v after the start, arriving after", rep.Stamps, sent.Sub(time.Unix(0, h.Start)))
 	}
 }

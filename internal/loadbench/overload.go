@@ -63,6 +63,12 @@ type OverloadOptions struct {
 	Nginx string
 	// Log receives a line as each variant starts and ends. Default nil: none.
 	Log io.Writer
+	// ServerProcess runs the token-bucket server of the variants other than nginx in a
+	// process of its own (Exe bench overload server), so that a stall of the process
+	// under test (the engine variants run in the benchmark's process) does not also
+	// stall the server that counts arrivals. Default false: the server runs in the
+	// benchmark's process.
+	ServerProcess bool
 	// Trace, when not nil, receives every 100 ms window above 2 C with its time relative
 	// to the 429s (TraceBursts). Default nil: none.
 	Trace io.Writer
@@ -142,24 +148,52 @@ func runVariant(ctx context.Context, o OverloadOptions, v string) (Result, error
 	if strings.HasSuffix(v, "-no-ra") {
 		so.RetryAfter = 0
 	}
-	srv, err := StartServer(so)
-	if err != nil {
-		return Result{}, err
+	var (
+		srv     *Server
+		proc    *serverProc
+		base    string
+		zero    time.Time
+		srvDone bool
+	)
+	if o.ServerProcess && o.Exe != "" {
+		if so.Burst <= 0 {
+			so.Burst = int(so.Rate)
+		}
+		p, err := startServerProc(ctx, o.Exe, so)
+		if err != nil {
+			return Result{}, err
+		}
+		defer func() {
+			if !srvDone {
+				_, _ = p.finish()
+			}
+		}()
+		proc, base, zero = p, p.URL, p.Start
+	} else {
+		s, err := StartServer(so)
+		if err != nil {
+			return Result{}, err
+		}
+		defer s.Close()
+		srv, base, zero = s, s.URL, s.Rec.Start
 	}
-	defer srv.Close()
-	r := Result{Name: v, Items: o.Items, Workers: o.Workers, Capacity: o.Rate, Width: srv.Rec.Width}
+	r := Result{Name: v, Items: o.Items, Workers: o.Workers, Capacity: o.Rate, Width: 100 * time.Millisecond}
+	if srv != nil {
+		r.Width = srv.Rec.Width
+	}
 	start := time.Now()
 	var stalls *stallWatch
 	var stopWatch context.CancelFunc = func() {}
 	if o.Trace != nil {
 		var wctx context.Context
 		wctx, stopWatch = context.WithCancel(ctx)
-		stalls = watchStalls(wctx, srv.Rec.Start, 20*time.Millisecond)
+		stalls = watchStalls(wctx, zero, 20*time.Millisecond)
 	}
 	defer stopWatch()
 	vctx, cancel := context.WithTimeout(ctx, o.Limit)
 	defer cancel()
-	url := srv.URL + "/v1/complete"
+	url := base + "/v1/complete"
+	var err error
 	var c counts
 	switch v {
 	case VariantNaive, VariantNaiveNoRA:
@@ -181,10 +215,23 @@ func runVariant(ctx context.Context, o OverloadOptions, v string) (Result, error
 	}
 	r.Elapsed = time.Since(start)
 	r.Succeeded, r.Dead, r.Canceled, r.Unfinished = c.succeeded, c.dead, c.canceled, o.Items-c.succeeded-c.dead-c.canceled
-	r.Windows, r.Conns, r.Stamps = srv.Rec.Windows(), srv.Conns(), srv.Rec.Stamps()
 	if stalls != nil {
 		r.Stalls = stalls.stop(stopWatch)
 	}
+	if proc != nil {
+		srvDone = true
+		rep, err := proc.finish()
+		if err != nil {
+			return r, err
+		}
+		r.Windows, r.Conns, r.Stamps = rep.Windows, rep.Conns, rep.Stamps
+		r.ServerStalls = rep.Stalls
+		if r.ServerStalls == nil {
+			r.ServerStalls = []Stall{} // watched, none seen
+		}
+		return r, nil
+	}
+	r.Windows, r.Conns, r.Stamps = srv.Rec.Windows(), srv.Conns(), srv.Rec.Stamps()
 	return r, nil
 }
 

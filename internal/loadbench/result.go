@@ -30,9 +30,13 @@ type Result struct {
 	// Stamps are the client's send times beside the server's arrival times, for the
 	// variants whose client sets SentHeader (engine, postgres); nil for the others.
 	Stamps []Stamp
-	// Stalls are the spells the benchmark's process (which runs the server, and the
-	// engine variants' engine) did not run, when traced; nil otherwise.
+	// Stalls are the spells the benchmark's process (which runs the server unless
+	// ServerProcess, and the engine variants' engine) did not run, when traced; nil
+	// otherwise.
 	Stalls []Stall
+	// ServerStalls are the spells the server's own process did not run, with
+	// ServerProcess; nil otherwise.
+	ServerStalls []Stall
 }
 
 // Requests returns the requests the server received.

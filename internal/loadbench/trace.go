@@ -113,6 +113,24 @@ func traceSends(w io.Writer, r Result, from time.Duration) {
 			fmt.Fprintf(w, "    stall of the bench process: %.1f ms from %+.1f ms\n", ms(st.Late), ms(st.At-from))
 		}
 	}
+	for _, st := range r.ServerStalls {
+		if st.At+st.Late >= from-r.Width && st.At < to {
+			fmt.Fprintf(w, "    stall of the server process: %.1f ms from %+.1f ms\n", ms(st.Late), ms(st.At-from))
+		}
+	}
+}
+
+// stallSummary says how many stalls were over 20 and 50 ms and the longest.
+func stallSummary(stalls []Stall) string {
+	var longest time.Duration
+	over50 := 0
+	for _, st := range stalls {
+		longest = max(longest, st.Late)
+		if st.Late > 50*time.Millisecond {
+			over50++
+		}
+	}
+	return fmt.Sprintf("over 20 ms: %d, over 50 ms: %d, longest %.1f ms", len(stalls), over50, ms(longest))
 }
 
 // TraceSends writes r's windows above factor × C counted by the clients' send times
@@ -134,16 +152,12 @@ func TraceSends(w io.Writer, r Result, factor float64) {
 			above++
 		}
 	}
-	var longest time.Duration
-	over50 := 0
-	for _, st := range r.Stalls {
-		longest = max(longest, st.Late)
-		if st.Late > 50*time.Millisecond {
-			over50++
-		}
+	server := ""
+	if r.ServerStalls != nil {
+		server = "; stalls of the server process " + stallSummary(r.ServerStalls)
 	}
-	fmt.Fprintf(w, "%s: by send time: %d windows above %g C, busiest %.1f C (%d stamped requests); by arrival: %d above, busiest %.1f C; stalls of the bench process over 20 ms: %d, over 50 ms: %d, longest %.1f ms\n",
-		r.Name, above, factor, float64(most)/(r.Capacity*r.Width.Seconds()), len(r.Stamps), r.WindowsAbove(factor), r.PeakRatio(), len(r.Stalls), over50, ms(longest))
+	fmt.Fprintf(w, "%s: by send time: %d windows above %g C, busiest %.1f C (%d stamped requests); by arrival: %d above, busiest %.1f C; stalls of the bench process %s%s\n",
+		r.Name, above, factor, float64(most)/(r.Capacity*r.Width.Seconds()), len(r.Stamps), r.WindowsAbove(factor), r.PeakRatio(), stallSummary(r.Stalls), server)
 }
 
 // densest returns the most of the sorted times ts that fall within one span of width d.
