@@ -41,7 +41,13 @@ nginx-naive, nginx-engine, nginx-runner against nginx limit_req (rate --rate,
 burst --burst, nodelay, limit_req_status 429) in front of an unlimited backend.
 By default every variant whose prerequisites exist runs: postgres needs
 --pg-url (or REDRIVE_TEST_POSTGRES), nginx needs the nginx program on PATH or
---nginx.`,
+--nginx.
+
+--trace writes every window above 2 C to stderr with when its requests were
+sent (the engine and postgres variants stamp each attempt's send time) and the
+stalls of the process around it. --server-process runs the token-bucket server
+in a process of its own, so that a stall of the process under test is not also
+a stall of the server that counts.`,
 		Args: noArgs,
 		RunE: func(cmd *cobra.Command, _ []string) error {
 			if variants != "" {
