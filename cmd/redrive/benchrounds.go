@@ -18,6 +18,9 @@ type roundsResult struct {
 	Processed int           `json:"items_processed"`
 	// Sizes is the database's size in bytes after each round (see dbSize).
 	Sizes []int64 `json:"db_bytes"`
+	// Held is how many succeeded items the store still held after each
+	// round: retention's backlog, which stays small while it keeps pace.
+	Held []int `json:"succeeded_held"`
 	// Ratio is the last round's work rate over the first round's.
 	Ratio float64 `json:"last_over_first"`
 }
@@ -36,8 +39,13 @@ func runRounds(ctx context.Context, store redrive.Store, url, schema string, pro
 			return rs, err
 		}
 		rs.Sizes = append(rs.Sizes, size)
+		held, err := store.Count(ctx, redrive.ItemFilter{States: []redrive.State{redrive.StateSucceeded}})
+		if err != nil {
+			return rs, err
+		}
+		rs.Held = append(rs.Held, held)
 		if progress != nil {
-			printRound(progress, len(rs.Rounds)-1, r, size)
+			printRound(progress, len(rs.Rounds)-1, r, size, held)
 		}
 	}
 	rs.Ratio = rs.Rounds[len(rs.Rounds)-1].ItemsPerSecond / rs.Rounds[0].ItemsPerSecond
@@ -47,12 +55,12 @@ func runRounds(ctx context.Context, store redrive.Store, url, schema string, pro
 func printRounds(w io.Writer, store string, rs roundsResult) {
 	fmt.Fprintf(w, "store              %s\n", store)
 	for i, r := range rs.Rounds {
-		printRound(w, i, r, rs.Sizes[i])
+		printRound(w, i, r, rs.Sizes[i], rs.Held[i])
 	}
 	fmt.Fprintf(w, "processed          %d items; last round / first round: %.2f\n", rs.Processed, rs.Ratio)
 }
 
-func printRound(w io.Writer, i int, r benchResult, size int64) {
-	fmt.Fprintf(w, "round %-3d          insert %.0f items/s  work %.0f items/s  %.0f stage completions/s  database %.1f MB\n",
-		i+1, r.InsertPerSecond, r.ItemsPerSecond, r.StageCompletionsPS, float64(size)/1e6)
+func printRound(w io.Writer, i int, r benchResult, size int64, held int) {
+	fmt.Fprintf(w, "round %-3d          insert %.0f items/s  work %.0f items/s  %.0f stage completions/s  database %.1f MB  succeeded held %d\n",
+		i+1, r.InsertPerSecond, r.ItemsPerSecond, r.StageCompletionsPS, float64(size)/1e6, held)
 }
