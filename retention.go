@@ -14,12 +14,54 @@ const (
 	DefaultOutboxRetention = 7 * 24 * time.Hour
 	// DefaultRetentionInterval is how often retention runs.
 	DefaultRetentionInterval = time.Minute
-	// DefaultRetentionBatch is how many items one delete removes.
+	// DefaultRetentionBatch is how many items the first delete of a
+	// retention pass removes; the pass grows its batch while batches come
+	// back full (see retentionMaxBatch).
 	DefaultRetentionBatch = 1000
 )
 
-// retentionBatchesPerPass bounds one pass (10,000,000 items at the
-// default batch), so that a stop is never kept waiting by a pass.
+// A retention pass whose batches come back full doubles its batch, up to
+// retentionMaxBatch items (or Config.RetentionBatch when that is larger),
+// so that it gets through a backlog in fewer turns of the store's writer:
+// on SQLite each batch waits for the one writer beside the engine's claims
+// and completions, and batches of 1,000 deleted fewer items per second
+// than a busy engine finished. A batch that takes longer than
+// retentionBatchTime halves the batch again (not below the starting size),
+// so that the engine's writes never wait long behind a delete; a batch
+// that comes back short ends the pass, and the next pass starts again at
+// Config.RetentionBatch.
+const (
+	retentionMaxBatch  = 20_000
+	retentionBatchTime = 500 * time.Millisecond
+)
+
+// batchSizer is the adaptive batch size of one retention pass.
+type batchSizer struct {
+	start, max, size int
+}
+
+func newBatchSizer(start int) *batchSizer {
+	return &batchSizer{start: start, max: max(start, retentionMaxBatch), size: start}
+}
+
+// done takes the result of a batch of b.size items that deleted n in took
+// and sets the size of the next batch; it reports whether the pass goes on
+// (the batch came back full).
+func (b *batchSizer) done(n int, took time.Duration) bool {
+	switch {
+	case n < b.size:
+		b.size = b.start
+		return false
+	case took > retentionBatchTime:
+		b.size = max(b.start, b.size/2)
+	case took <= retentionBatchTime/2:
+		b.size = min(b.max, b.size*2)
+	}
+	return true
+}
+
+// retentionBatchesPerPass bounds one pass (at least 10,000,000 items at
+// the default starting batch), so that a pass always ends.
 const retentionBatchesPerPass = 10_000
 
 // retentionLoop deletes what the retention settings let go, every
@@ -36,19 +78,20 @@ func (e *engine) retentionLoop() {
 
 // retain runs one retention pass: succeeded items older than Retention,
 // then runs finished longer than RunRetention ago with all their items.
-// Each batch of RetentionBatch items is its own statement and transaction,
-// so that PostgreSQL's autovacuum can reclaim the rows of one batch while
-// the next is deleted and no transaction holds many locks; a pass goes on
-// until a batch comes back short, so that retention keeps pace with any
-// throughput.
+// Each batch is its own statement and transaction, so that PostgreSQL's
+// autovacuum can reclaim the rows of one batch while the next is deleted
+// and no transaction holds many locks; a pass goes on until a batch comes
+// back short, growing its batch from RetentionBatch while batches come back
+// full (batchSizer), so that retention keeps pace with a busy engine.
 func (e *engine) retain() {
 	ctx := e.bgCtx
 	now := e.cfg.Now()
-	batch := e.cfg.RetentionBatch
 	items, runs := 0, 0
 	if e.cfg.Retention > 0 {
+		b := newBatchSizer(e.cfg.RetentionBatch)
 		for range retentionBatchesPerPass {
-			n, err := e.store.DeleteSucceeded(ctx, now.Add(-e.cfg.Retention), batch)
+			t0 := time.Now()
+			n, err := e.store.DeleteSucceeded(ctx, now.Add(-e.cfg.Retention), b.size)
 			if err != nil {
 				if ctx.Err() == nil {
 					e.log.Warn("redrive: retention of succeeded items failed", "err", err)
@@ -56,14 +99,16 @@ func (e *engine) retain() {
 				return
 			}
 			items += n
-			if n < batch {
+			if !b.done(n, time.Since(t0)) {
 				break
 			}
 		}
 	}
 	if e.cfg.RunRetention > 0 {
+		b := newBatchSizer(e.cfg.RetentionBatch)
 		for range retentionBatchesPerPass {
-			n, r, err := e.store.DeleteFinishedRuns(ctx, now.Add(-e.cfg.RunRetention), batch)
+			t0 := time.Now()
+			n, r, err := e.store.DeleteFinishedRuns(ctx, now.Add(-e.cfg.RunRetention), b.size)
 			if err != nil {
 				if ctx.Err() == nil {
 					e.log.Warn("redrive: retention of finished runs failed", "err", err)
@@ -71,7 +116,7 @@ func (e *engine) retain() {
 				return
 			}
 			items, runs = items+n, runs+r
-			if n < batch {
+			if !b.done(n, time.Since(t0)) {
 				break
 			}
 		}

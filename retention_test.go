@@ -92,3 +92,108 @@ func TestRunRetentionDeletesOldRuns(t *testing.T) {
 		}
 	})
 }
+
+// deleteLog is a store that notes each retention delete: the size it was
+// asked for and how many items it deleted, and "pass" where
+// DeleteFinishedRuns ends a retention pass's succeeded items.
+type deleteLog struct {
+	redrive.Store
+	mu    sync.Mutex
+	calls []deleteCall
+}
+
+type deleteCall struct {
+	pass     bool
+	limit, n int
+}
+
+func (s *deleteLog) DeleteSucceeded(ctx context.Context, before time.Time, limit int) (int, error) {
+	n, err := s.Store.DeleteSucceeded(ctx, before, limit)
+	s.mu.Lock()
+	s.calls = append(s.calls, deleteCall{limit: limit, n: n})
+	s.mu.Unlock()
+	return n, err
+}
+
+func (s *deleteLog) DeleteFinishedRuns(ctx context.Context, before time.Time, limit int) (int, int, error) {
+	s.mu.Lock()
+	s.calls = append(s.calls, deleteCall{pass: true})
+	s.mu.Unlock()
+	return s.Store.DeleteFinishedRuns(ctx, before, limit)
+}
+
+// passes returns the sizes asked for and the items deleted by each
+// finished pass's DeleteSucceeded calls.
+func (s *deleteLog) passes() (limits, deleted [][]int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var l, d []int
+	for _, c := range s.calls {
+		if c.pass {
+			limits, deleted = append(limits, l), append(deleted, d)
+			l, d = nil, nil
+			continue
+		}
+		l, d = append(l, c.limit), append(d, c.n)
+	}
+	return limits, deleted
+}
+
+// One pass deletes a backlog many times its starting batch, growing the
+// batch while batches come back full, and the next pass starts again at
+// RetentionBatch.
+func TestRetentionPassDeletesBacklog(t *testing.T) {
+	eachStore(t, func(t *testing.T, s redrive.Store) {
+		const backlog, start = 500, 10
+		log := &deleteLog{Store: s}
+		clock := &retentionClock{t: time.Now()}
+		p := redrive.Pipeline{Name: "backlog", Stages: []redrive.Stage{{Name: "s", Handle: func(_ context.Context, it *redrive.Item) ([]byte, error) { return nil, nil }}}}
+		cfg := testConfig(nil)
+		cfg.Now, cfg.Retention, cfg.RetentionInterval, cfg.RetentionBatch = clock.now, time.Hour, 10*time.Millisecond, start
+		c := startClient(t, log, cfg, p)
+		run, err := c.StartRun(context.Background(), "backlog", items(backlog), redrive.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, c, run)
+		clock.add(2 * time.Hour)
+		// The pass that deleted anything, and the one after it.
+		var limits, deleted []int
+		var next []int
+		waitFor(t, "a retention pass deleted the backlog and another pass followed", func() bool {
+			ls, ds := log.passes()
+			for i := range ds {
+				if sum(ds[i]) > 0 && i+1 < len(ls) {
+					limits, deleted, next = ls[i], ds[i], ls[i+1]
+					return true
+				}
+			}
+			return false
+		})
+		if sum(deleted) != backlog {
+			t.Fatalf("one pass deleted %v = %d items, want all %d", deleted, sum(deleted), backlog)
+		}
+		// Batches of 10 would take 51 statements; doubling takes 6. Only
+		// batches that each took longer than a quarter second would keep
+		// the size at 10.
+		if limits[0] != start || len(limits) >= backlog/start || deleted[len(deleted)-1] >= limits[len(limits)-1] {
+			t.Fatalf("pass asked for %v and deleted %v; want a first batch of %d, growing, ending short", limits, deleted, start)
+		}
+		for i, l := range limits {
+			if l < start || l > 20_000 || i > 0 && deleted[i-1] < limits[i-1] {
+				t.Fatalf("pass asked for %v and deleted %v", limits, deleted)
+			}
+		}
+		if len(next) == 0 || next[0] != start {
+			t.Fatalf("the next pass asked for %v, want a first batch of %d", next, start)
+		}
+	})
+}
+
+func sum(xs []int) int {
+	n := 0
+	for _, x := range xs {
+		n += x
+	}
+	return n
+}
