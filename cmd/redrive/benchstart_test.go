@@ -43,7 +43,8 @@ func TestBenchStart(t *testing.T) {
 	})
 }
 
-// bench --rounds reports every round with the database's size.
+// bench --rounds reports every round with the database's size and the
+// succeeded items still held.
 func TestBenchRoundsSize(t *testing.T) {
 	t.Parallel()
 	r := runCLI(t, nil, "bench", "--items", "200", "--rounds", "2", "--workers", "4", "--batch", "50", "--json")
@@ -57,7 +58,13 @@ func TestBenchRoundsSize(t *testing.T) {
 	if len(rs.Rounds) != 2 || len(rs.Sizes) != 2 || rs.Processed != 400 || rs.Sizes[0] <= 0 || rs.Sizes[1] <= 0 {
 		t.Errorf("result: %+v", rs)
 	}
+	if len(rs.Held) != 2 || rs.Held[0] < 0 || rs.Held[0] > 200 || rs.Held[1] < 0 || rs.Held[1] > 400 {
+		t.Errorf("succeeded items held after the rounds: %v, want 2 counts of at most 200 and 400", rs.Held)
+	}
 	if n := strings.Count(r.stderr, "database "); n != 2 {
 		t.Errorf("progress reported %d rounds, want 2:\n%s", n, r.stderr)
+	}
+	if n := strings.Count(r.stderr, "succeeded held "); n != 2 {
+		t.Errorf("progress reported the items held after %d rounds, want 2:\n%s", n, r.stderr)
 	}
 }
