@@ -20,9 +20,10 @@ const (
 	DefaultRetentionBatch = 1000
 )
 
-// A retention pass whose batches come back full doubles its batch, up to
-// retentionMaxBatch items (or Config.RetentionBatch when that is larger),
-// so that it gets through a backlog in fewer turns of the store's writer:
+// A retention pass whose batches come back full, each within half of
+// retentionBatchTime, doubles its batch, up to retentionMaxBatch items (or
+// Config.RetentionBatch when that is larger), so that it gets through a
+// backlog in fewer turns of the store's writer:
 // on SQLite each batch waits for the one writer beside the engine's claims
 // and completions, and batches of 1,000 deleted fewer items per second
 // than a busy engine finished. A batch that takes longer than
