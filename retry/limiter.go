@@ -176,19 +176,31 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 			return Permit{}, err
 		}
 		if l.slow.Load() {
-			if d := l.reserveRamp(l.o.Now().UnixNano()); d > 0 {
-				t := time.NewTimer(time.Duration(d))
-				select {
-				case <-ctx.Done():
-					t.Stop()
-					l.leaveWindow()
-					return Permit{}, ctx.Err()
-				case <-t.C:
+			now := l.o.Now().UnixNano()
+			grow := true
+			for {
+				d, iv := l.reserveRamp(now, grow)
+				if d <= 0 {
+					break
 				}
+				if err := l.sleep(ctx, time.Duration(d)); err != nil {
+					l.leaveWindow()
+					return Permit{}, err
+				}
+				slot := now + d
+				now = l.o.Now().UnixNano()
+				// The ramp's slots are handed out ahead as the pace's are, and a
+				// stall releases them together just the same (see lateTogether).
+				// A fresh slot taken for that reason does not grow the ramp again.
+				if !l.slow.Load() || !l.lateTogether(slot, now, iv) {
+					break
+				}
+				grow = false
 			}
 		}
 		if l.slow.Load() {
 			now := l.o.Now().UnixNano()
+			l.started.Store(now)
 			l.first.CompareAndSwap(0, now)
 			return Permit{l: l, start: now, slow: true}, nil
 		}
@@ -207,7 +219,7 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 		}
 		slot := now + d
 		now = l.o.Now().UnixNano()
-		if !l.lateTogether(slot, now) {
+		if !l.lateTogether(slot, now, l.interval.Load()) {
 			break
 		}
 		// Woke late and another call has just started: the process stalled (load, a
@@ -226,13 +238,13 @@ func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 const lateAfter = 10 * time.Millisecond
 
 // lateTogether reports whether a call whose slot was at slot, awake at now, is late
-// (by more than an interval, and more than lateAfter) while another call started less
+// (by more than an interval iv of the pace or of slow start's ramp, and more than
+// lateAfter) while another call started less
 // than half an interval ago. Otherwise it claims now as the latest start, so that of
 // the late callers woken together exactly one goes. A caller that is merely late goes:
 // if every wake-up is late (a machine that is slow all the time), late callers still
 // start about an interval apart and do not take fresh slots forever.
-func (l *Limiter) lateTogether(slot, now int64) bool {
-	iv := l.interval.Load()
+func (l *Limiter) lateTogether(slot, now, iv int64) bool {
 	if now-slot <= max(iv, int64(lateAfter)) {
 		return false
 	}
@@ -307,15 +319,16 @@ const DefaultInitialRate = 10
 const rampDoubling = 2500 * time.Millisecond
 
 // reserveRamp takes the next slot of slow start's ramp and returns how long to wait for
-// it. A call that keeps to the ramp (it waits for its slot, or comes within an interval
+// it and the ramp's interval. A call that keeps to the ramp (it waits for its slot, or comes within an interval
 // of it) raises the ramp's rate by 2^(interval/rampDoubling): rampDoubling of such calls
-// doubles it. Calls that come slower than the ramp leave it as it is, so a limiter that
+// doubles it, unless grow is false (a call taking a fresh slot after a stall). Calls that
+// come slower than the ramp leave it as it is, so a limiter that
 // idles (or that its window holds back) does not ramp up to a rate it never tried.
-func (l *Limiter) reserveRamp(now int64) int64 {
+func (l *Limiter) reserveRamp(now int64, grow bool) (d, iv int64) {
 	for {
 		bits := l.ramp.Load()
 		if bits == 0 {
-			return 0
+			return 0, 0
 		}
 		r := math.Float64frombits(bits)
 		iv := int64(float64(time.Second) / r)
@@ -324,7 +337,7 @@ func (l *Limiter) reserveRamp(now int64) int64 {
 		if !l.tat.CompareAndSwap(tat, slot+iv) {
 			continue
 		}
-		if now-tat < iv {
+		if grow && now-tat < iv {
 			growth := math.Exp2(float64(iv) / float64(rampDoubling))
 			for {
 				bits := l.ramp.Load()
@@ -333,7 +346,7 @@ func (l *Limiter) reserveRamp(now int64) int64 {
 				}
 			}
 		}
-		return slot - now
+		return slot - now, iv
 	}
 }
 

@@ -439,7 +439,7 @@ func TestLimiterSlowStartRamp(t *testing.T) {
 	// the rate a little, as it waits for its slot), none together.
 	var prev int64 = -1
 	for i := range 10 {
-		d := l.reserveRamp(c.now().UnixNano())
+		d := rampDelay(l, c.now().UnixNano())
 		if i == 0 && d != 0 {
 			t.Fatalf("the first call waits %v", time.Duration(d))
 		}
@@ -452,7 +452,7 @@ func TestLimiterSlowStartRamp(t *testing.T) {
 	// (The slots run ahead of the clock by the ten reserved above.)
 	tat0, r0 := l.tat.Load(), rampRate()
 	for l.tat.Load()-tat0 < int64(2*rampDoubling) {
-		c.add(time.Duration(l.reserveRamp(c.now().UnixNano())))
+		c.add(time.Duration(rampDelay(l, c.now().UnixNano())))
 	}
 	if got, want := rampRate(), 4*r0; got < 0.9*want || got > 1.1*want {
 		t.Fatalf("after 2 × %v of calls at the ramp: %.1f/s, want about %.1f/s", rampDoubling, got, want)
@@ -461,7 +461,7 @@ func TestLimiterSlowStartRamp(t *testing.T) {
 	r1 := rampRate()
 	for range 10 {
 		c.add(10 * time.Second)
-		if d := l.reserveRamp(c.now().UnixNano()); d != 0 {
+		if d := rampDelay(l, c.now().UnixNano()); d != 0 {
 			t.Fatalf("an idle limiter made a call wait %v", time.Duration(d))
 		}
 	}
@@ -471,7 +471,7 @@ func TestLimiterSlowStartRamp(t *testing.T) {
 	// A negative InitialRate: slow start by the window alone.
 	off := NewLimiter(LimiterOptions{InitialRate: -1, Now: c.now})
 	for range 2 {
-		if d := off.reserveRamp(c.now().UnixNano()); d != 0 {
+		if d := rampDelay(off, c.now().UnixNano()); d != 0 {
 			t.Fatalf("a negative InitialRate still paces slow start: a call waits %v", time.Duration(d))
 		}
 	}
@@ -490,7 +490,7 @@ func TestLimiterRampAgainstBucket(t *testing.T) {
 		windows := map[int64]int{}
 		calls := 0
 		for {
-			c.add(time.Duration(l.reserveRamp(c.now().UnixNano())))
+			c.add(time.Duration(rampDelay(l, c.now().UnixNano())))
 			now := c.now()
 			windows[int64(now.Sub(begin)/(100*time.Millisecond))]++
 			calls++
@@ -518,10 +518,46 @@ func TestLimiterRampAgainstBucket(t *testing.T) {
 // time: one goes, the others take fresh slots an interval apart, instead of all
 // starting in the same instant above the rate.
 func TestLimiterLateWakersDoNotStartTogether(t *testing.T) {
-	const n = 10
 	iv := 20 * time.Millisecond // 50/s
 	c := newLimClock()
 	l := NewLimiter(LimiterOptions{Rate: 50, Fixed: true, Now: c.now})
+	starts := stallWakers(t, l, c, 10)
+	for i := 2; i < len(starts); i++ { // starts[0] is the first call, before the stall
+		if gap := time.Duration(starts[i] - starts[i-1]); gap < iv {
+			t.Errorf("calls %d and %d started %v apart, less than the interval %v", i-1, i, gap, iv)
+		}
+	}
+}
+
+// TestLimiterLateWakersInSlowStart is TestLimiterLateWakersDoNotStartTogether for the
+// slots of slow start's ramp, which a stall releases together just the same; and the
+// fresh slots taken after it do not grow the ramp.
+func TestLimiterLateWakersInSlowStart(t *testing.T) {
+	c := newLimClock()
+	l := NewLimiter(LimiterOptions{InitialRate: 50, InitialWindow: 100, Now: c.now})
+	ramp := func() float64 { return math.Float64frombits(l.ramp.Load()) }
+	starts := stallWakers(t, l, c, 10)
+	if !l.SlowStart() {
+		t.Fatal("the limiter left slow start")
+	}
+	// Nine calls kept to the ramp before the stall; the re-reserved slots added none.
+	if got, want := ramp(), 50*math.Exp2(9*0.02/rampDoubling.Seconds()); math.Abs(got-want) > 0.5 {
+		t.Errorf("ramp at %.2f/s after the stall, want %.2f/s (grown by the nine first reservations only)", got, want)
+	}
+	minIv := time.Duration(float64(time.Second) / ramp())
+	for i := 2; i < len(starts); i++ {
+		if gap := time.Duration(starts[i] - starts[i-1]); gap < minIv {
+			t.Errorf("calls %d and %d started %v apart, less than the ramp's interval %v", i-1, i, gap, minIv)
+		}
+	}
+}
+
+// stallWakers starts n callers of l, of which one starts at once and the others sleep
+// on their slots; stalls the clock by half a second, past every slot; wakes all the
+// sleepers together, checks that exactly one of them starts then, and from there on
+// wakes each sleeper on time. It returns the calls' starts in order.
+func stallWakers(t *testing.T, l *Limiter, c *limClock, n int) []int64 {
+	t.Helper()
 	type event struct {
 		start int64         // a Wait returned a permit that started then
 		wake  time.Time     // or a Wait sleeps until wake on the limiter's clock
@@ -617,9 +653,12 @@ func TestLimiterLateWakersDoNotStartTogether(t *testing.T) {
 		collect(len(due))
 	}
 	slices.Sort(starts)
-	for i := 2; i < len(starts); i++ { // starts[0] is the first call, before the stall
-		if gap := time.Duration(starts[i] - starts[i-1]); gap < iv {
-			t.Errorf("calls %d and %d started %v apart, less than the interval %v", i-1, i, gap, iv)
-		}
-	}
+	return starts
+}
+
+// rampDelay takes the next slot of l's ramp as a call that keeps to it does and
+// returns how long to wait for it.
+func rampDelay(l *Limiter, now int64) int64 {
+	d, _ := l.reserveRamp(now, true)
+	return d
 }
