@@ -90,33 +90,15 @@ type BareResult struct {
 func (s *Store) BareQueue(ctx context.Context, n, batch, workers int, payload []byte) (BareResult, error) {
 	var res BareResult
 	t := s.q + ".bare_queue"
-	if _, err := s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+t+`;
-		CREATE UNLOGGED TABLE `+t+` (LIKE `+s.q+`.items INCLUDING DEFAULTS)`); err != nil {
-		return res, s.fail("bare queue", err)
-	}
-	// A logged table, as items is; LIKE copied the columns only.
-	if _, err := s.pool.Exec(ctx, `ALTER TABLE `+t+` SET LOGGED;
-		ALTER TABLE `+t+` ADD PRIMARY KEY (id);
-		CREATE INDEX ON `+t+` (priority DESC, enqueued_at, id) WHERE state = 'pending'`); err != nil {
-		return res, s.fail("bare queue", err)
-	}
 	defer func() { _, _ = s.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+t) }()
-	now := time.Now()
-	rows := make([][]any, n)
-	for i := range rows {
-		rows[i] = []any{int64(i + 1), int64(1), "bare", "a", "pending", int32(0), payload, payload, now, now, now, now, true}
+	var err error
+	if res.CopyPerSecond, err = s.copyBare(ctx, n, payload); err != nil {
+		return res, err
 	}
-	start := time.Now()
-	if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{s.schema, "bare_queue"},
-		[]string{"id", "run_id", "pipeline", "stage", "state", "priority", "payload", "input", "enqueued_at", "next_at", "updated_at", "order_at", "ready"},
-		pgx.CopyFromRows(rows)); err != nil {
-		return res, s.fail("bare queue: copy", err)
-	}
-	res.CopyPerSecond = float64(n) / time.Since(start).Seconds()
 
 	var done atomic.Int64
 	errs := make(chan error, workers)
-	start = time.Now()
+	start := time.Now()
 	for range workers {
 		go func() {
 			for done.Load() < int64(n) {
@@ -153,6 +135,42 @@ func (s *Store) BareQueue(ctx context.Context, n, batch, workers int, payload []
 	}
 	res.WorkPerSecond = float64(n) / time.Since(start).Seconds()
 	return res, nil
+}
+
+// CopyRate measures how many rows of the items' shape COPY inserts per
+// second: n rows into a new table like BareQueue's, dropped after.
+func (s *Store) CopyRate(ctx context.Context, n int, payload []byte) (float64, error) {
+	defer func() { _, _ = s.pool.Exec(context.Background(), `DROP TABLE IF EXISTS `+s.q+`.bare_queue`) }()
+	return s.copyBare(ctx, n, payload)
+}
+
+// copyBare creates the table bare_queue in the store's schema, a logged
+// table of the items' columns with a primary key and a claim index, and
+// COPYs n rows into it, returning rows per second.
+func (s *Store) copyBare(ctx context.Context, n int, payload []byte) (float64, error) {
+	t := s.q + ".bare_queue"
+	if _, err := s.pool.Exec(ctx, `DROP TABLE IF EXISTS `+t+`;
+		CREATE UNLOGGED TABLE `+t+` (LIKE `+s.q+`.items INCLUDING DEFAULTS)`); err != nil {
+		return 0, s.fail("bare queue", err)
+	}
+	// A logged table, as items is; LIKE copied the columns only.
+	if _, err := s.pool.Exec(ctx, `ALTER TABLE `+t+` SET LOGGED;
+		ALTER TABLE `+t+` ADD PRIMARY KEY (id);
+		CREATE INDEX ON `+t+` (priority DESC, enqueued_at, id) WHERE state = 'pending'`); err != nil {
+		return 0, s.fail("bare queue", err)
+	}
+	now := time.Now()
+	rows := make([][]any, n)
+	for i := range rows {
+		rows[i] = []any{int64(i + 1), int64(1), "bare", "a", "pending", int32(0), payload, payload, now, now, now, now, true}
+	}
+	start := time.Now()
+	if _, err := s.pool.CopyFrom(ctx, pgx.Identifier{s.schema, "bare_queue"},
+		[]string{"id", "run_id", "pipeline", "stage", "state", "priority", "payload", "input", "enqueued_at", "next_at", "updated_at", "order_at", "ready"},
+		pgx.CopyFromRows(rows)); err != nil {
+		return 0, s.fail("bare queue: copy", err)
+	}
+	return float64(n) / time.Since(start).Seconds(), nil
 }
 
 // Vacuumed returns once the items table has been vacuumed after since:

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -34,4 +35,10 @@ func ClaimPlans(ctx context.Context, s *Store, req redrive.ClaimRequest, bare bo
 		return err
 	})
 	return promote, claim, err
+}
+
+// OldestDueRead is OldestDue reading at most limit ready items in claim
+// order; exact reports that it did not stop at the limit.
+func OldestDueRead(ctx context.Context, s *Store, now time.Time, limit int) (time.Time, bool, error) {
+	return s.oldestDue(ctx, now, limit)
 }

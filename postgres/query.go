@@ -232,25 +232,6 @@ func (s *Store) TopErrors(ctx context.Context, f redrive.ErrorFilter) ([]redrive
 	return out, nil
 }
 
-// OldestDue returns the smallest NextAt of the pending items due at now, or
-// the zero time when none is due: the first entry of each half (ready and
-// waiting) of items_waiting. Pending items hold no lease: the condition on
-// it only selects that index.
-func (s *Store) OldestDue(ctx context.Context, now time.Time) (time.Time, error) {
-	var t *time.Time
-	err := s.pool.QueryRow(ctx, `SELECT least(
-		(SELECT min(next_at) FROM `+s.q+`.items WHERE state = 'pending' AND lease_expires_at IS NULL AND ready AND next_at <= $1),
-		(SELECT min(next_at) FROM `+s.q+`.items WHERE state = 'pending' AND lease_expires_at IS NULL AND NOT ready AND next_at <= $1))`,
-		now).Scan(&t)
-	if err != nil {
-		return time.Time{}, s.fail("oldest due", err)
-	}
-	if t == nil {
-		return time.Time{}, nil
-	}
-	return t.UTC(), nil
-}
-
 // Redrive sends the dead or canceled items selected by f (f.States empty
 // means dead) back to pending at the stage they stopped at, with attempt
 // and rate-limit counters at 0 and the reason cleared; their attempts are

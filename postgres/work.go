@@ -324,8 +324,8 @@ func promoteBatch(limit int) int { return max(1000, 4*limit) }
 // are skipped, not waited for.
 func (s *Store) promoteSQL() string {
 	return `UPDATE ` + s.q + `.items SET ready = true WHERE id = ANY(ARRAY(SELECT w.id FROM ` + s.q + `.items w
-		WHERE w.state = 'pending' AND w.lease_expires_at IS NULL AND NOT w.ready AND w.next_at <= $1
-		ORDER BY w.ready, w.next_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND state = 'pending' AND NOT ready`
+		WHERE w.state = 'pending' AND NOT w.ready AND w.next_at <= $1
+		ORDER BY w.next_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND state = 'pending' AND NOT ready`
 }
 
 // claimOrdered promotes up to promote waiting items due at now, then runs

@@ -84,6 +84,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"RetryHistogram", testRetryHistogram},
 		{"TopErrors", testTopErrors},
 		{"OldestDue", testOldestDue},
+		{"OldestDueReady", testOldestDueReady},
 		{"Redrive", testRedrive},
 		{"RedriveFilters", testRedriveFilters},
 		{"Purge", testPurge},
@@ -1523,6 +1524,38 @@ func testOldestDue(h *h) {
 	h.equalTime("OldestDue after claim", due(at(time.Hour)), at(2*time.Minute))
 	h.complete(retry(ls[0], at(time.Hour), at(3*time.Hour), "e"))
 	h.equalTime("OldestDue with a later retry", due(at(time.Hour)), at(2*time.Minute))
+}
+
+// testOldestDueReady: the ready item due longest is found wherever it
+// sits in claim order: behind retries ordered before it that came due
+// after it, at a lower priority, or ordered after its own due time.
+func testOldestDueReady(h *h) {
+	r := h.run("p", "")
+	now := at(time.Hour)
+	h.enqueueN(r, "a", at(10*time.Minute), 300)
+	ls := h.claimAll("p", at(10*time.Minute))
+	cs := make([]redrive.Completion, len(ls))
+	for i, l := range ls {
+		cs[i] = retry(l, at(40*time.Minute), at(40*time.Minute), "e")
+	}
+	h.complete(cs...)
+	h.equalTime("OldestDue of ready retries", zeroOr(h, now), at(40*time.Minute))
+	// Due at 20m, behind the 300 retries (ordered at 10m) in claim order.
+	h.enqueue(r, "a", at(20*time.Minute), redrive.NewItem{Payload: []byte("behind")})
+	h.equalTime("OldestDue behind retries", zeroOr(h, now), at(20*time.Minute))
+	h.enqueue(r, "a", at(15*time.Minute), redrive.NewItem{Payload: []byte("low"), Priority: -1})
+	h.equalTime("OldestDue at a lower priority", zeroOr(h, now), at(15*time.Minute))
+	h.enqueue(r, "a", at(12*time.Minute), redrive.NewItem{Payload: []byte("later order"), OrderAt: at(2 * time.Hour)})
+	h.equalTime("OldestDue ordered after its due time", zeroOr(h, now), at(12*time.Minute))
+	if t := zeroOr(h, at(11*time.Minute)); !t.IsZero() {
+		h.Errorf("OldestDue before any ready item is due = %v", t)
+	}
+	if got := h.claimAll("p", now); len(got) != 303 {
+		h.Fatalf("claimed %d of 303 ready items", len(got))
+	}
+	if t := zeroOr(h, now); !t.IsZero() {
+		h.Errorf("OldestDue with every item running = %v", t)
+	}
 }
 
 func testRedrive(h *h) {

@@ -42,12 +42,16 @@ type benchResult struct {
 	BareAfter      float64 `json:"bare_sql_after_per_second,omitempty"`
 	InsertOverCopy float64 `json:"insert_over_copy,omitempty"`
 	WorkOverBare   float64 `json:"work_over_bare_sql,omitempty"`
+	// On PostgreSQL with --insert-rounds, the insert measured against COPY
+	// in alternated rounds (see runInsertRounds).
+	InsertRounds *insertRounds `json:"insert_rounds,omitempty"`
 }
 
 func newBenchCmd() *cobra.Command {
 	var (
 		items, stages, workers, batch int
 		asJSON                        bool
+		insertRoundsN                 int
 		cpuProfile                    string
 		shape                         string
 		waiting                       float64
@@ -192,6 +196,13 @@ afterwards, unless --pg-schema is given.`,
 				res.BarePerSecond = (res.BareBefore + res.BareAfter) / 2
 				res.InsertOverCopy = res.InsertPerSecond / res.CopyPerSecond
 				res.WorkOverBare = res.ItemsPerSecond / res.BarePerSecond
+				if insertRoundsN > 0 {
+					ir, err := runInsertRounds(ctx, url, items, insertRoundsN)
+					if err != nil {
+						return err
+					}
+					res.InsertRounds = &ir
+				}
 			}
 			res.Store = redactURL(url)
 			if asJSON {
@@ -207,6 +218,13 @@ afterwards, unless --pg-schema is given.`,
 					res.CopyPerSecond, res.CopyBefore, res.CopyAfter, res.InsertOverCopy)
 				fmt.Fprintf(w, "bare SQL queue     %.0f items/s, before and after the engine %.0f and %.0f  (work / bare SQL = %.2f)\n",
 					res.BarePerSecond, res.BareBefore, res.BareAfter, res.WorkOverBare)
+			}
+			if ir := res.InsertRounds; ir != nil {
+				fmt.Fprintf(w, "insert / COPY      %.2f, the median of %d alternated rounds:", ir.Median, len(ir.Ratios))
+				for _, r := range ir.Ratios {
+					fmt.Fprintf(w, " %.2f", r)
+				}
+				fmt.Fprintln(w)
 			}
 			return nil
 		},
@@ -224,6 +242,7 @@ afterwards, unless --pg-schema is given.`,
 	cmd.Flags().Float64Var(&waiting, "waiting", 0.9, "--shape backlog and real: items waiting on a backoff, as a fraction of --items")
 	cmd.Flags().IntVar(&claimLimit, "claim-limit", 100, "--shape backlog: items per timed claim")
 	cmd.Flags().IntVar(&samples, "samples", 200, "--shape backlog: timed claims per measurement")
+	cmd.Flags().IntVar(&insertRoundsN, "insert-rounds", 5, "--shape noop on PostgreSQL: after the run, measure the insert against COPY this many times more, alternated, in a scratch schema, and print the median ratio (0: skip)")
 	cmd.Flags().IntVar(&rounds, "rounds", 1, "--shape noop: work --items this many times on the same store, deleting succeeded items as they finish, and compare the last round with the first")
 	cmd.Flags().IntVar(&real.Procs, "procs", 1, "--shape real: worker processes, this one included (PostgreSQL)")
 	cmd.Flags().IntVar(&real.Payload, "payload", 1024, "--shape real: payload bytes per item")
