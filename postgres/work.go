@@ -321,10 +321,12 @@ func promoteBatch(limit int) int { return max(1000, 4*limit) }
 
 // promoteSQL marks up to $2 waiting pending items due at $1 ready, oldest
 // next_at first, through items_waiting. Rows another claimer is promoting
-// are skipped, not waited for.
+// are skipped, not waited for. Pending items hold no lease: the condition
+// on it lets the index of the schema before migration 0017 serve the
+// query too, for a process that runs ahead of its migration.
 func (s *Store) promoteSQL() string {
 	return `UPDATE ` + s.q + `.items SET ready = true WHERE id = ANY(ARRAY(SELECT w.id FROM ` + s.q + `.items w
-		WHERE w.state = 'pending' AND NOT w.ready AND w.next_at <= $1
+		WHERE w.state = 'pending' AND w.lease_expires_at IS NULL AND NOT w.ready AND w.next_at <= $1
 		ORDER BY w.next_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND state = 'pending' AND NOT ready`
 }
 
