@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"sync"
 	"testing"
 	"time"
 
@@ -79,10 +80,19 @@ func TestOutboxRetention(t *testing.T) {
 			t.Fatalf("before retention: %+v", c)
 		}
 		cfg := testConfig(nil)
-		cfg.Now, cfg.OutboxRetention, cfg.RetentionInterval, cfg.RetentionBatch = clock.now, 2*time.Hour, 10*time.Millisecond, 2
-		startClient(t, s, cfg)
-		// The five old ones go in batches of two; the two recent stay.
+		cfg.Now, cfg.OutboxRetention, cfg.RetentionInterval, cfg.RetentionBatch = clock.now, 2*time.Hour, 10*time.Millisecond, 1
+		log := &outboxLog{Store: s, Outbox: o}
+		startClient(t, log, cfg)
+		// The five old ones go in batches growing from one; the two recent
+		// stay.
 		waitFor(t, "delivered notifications past retention deleted", func() bool { return count().Delivered == 2 })
+		// Batches of one would take six statements (the last one empty);
+		// doubling takes three (1, 2, then 2 of 4). Only batches that each
+		// took longer than a quarter second would keep the size at one.
+		limits, deleted := log.first()
+		if len(limits) == 0 || limits[0] != 1 || len(limits) >= 6 || sum(deleted) != 5 {
+			t.Fatalf("the first deleting pass asked for %v and deleted %v; want a first batch of 1, growing, 5 in all", limits, deleted)
+		}
 		if c := count(); c != (redrive.NotificationCounts{Pending: 1, Delivered: 2, Dead: 1, Total: 4}) {
 			t.Fatalf("after retention: %+v", c)
 		}
@@ -91,4 +101,37 @@ func TestOutboxRetention(t *testing.T) {
 			t.Fatalf("kept delivered = %+v, %v; want n1 and n2", ns, err)
 		}
 	})
+}
+
+// outboxLog records the DeleteDelivered calls made on a store's outbox.
+type outboxLog struct {
+	redrive.Store
+	redrive.Outbox
+	mu    sync.Mutex
+	calls [][2]int // limit asked, rows deleted
+}
+
+func (s *outboxLog) DeleteDelivered(ctx context.Context, before time.Time, limit int) (int, error) {
+	n, err := s.Outbox.DeleteDelivered(ctx, before, limit)
+	s.mu.Lock()
+	s.calls = append(s.calls, [2]int{limit, n})
+	s.mu.Unlock()
+	return n, err
+}
+
+// first returns the limits asked for and the rows deleted by the first
+// pass that deleted any: its calls up to the first short batch.
+func (s *outboxLog) first() (limits, deleted []int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range s.calls {
+		if len(limits) == 0 && c[1] == 0 {
+			continue
+		}
+		limits, deleted = append(limits, c[0]), append(deleted, c[1])
+		if c[1] < c[0] {
+			break
+		}
+	}
+	return limits, deleted
 }

@@ -1,6 +1,7 @@
 package redrive
 
 import (
+	"context"
 	"time"
 )
 
@@ -78,76 +79,60 @@ func (e *engine) retentionLoop() {
 }
 
 // retain runs one retention pass: succeeded items older than Retention,
-// then runs finished longer than RunRetention ago with all their items.
+// then runs finished longer than RunRetention ago with all their items,
+// then notifications delivered longer than OutboxRetention ago; a kind
+// whose delete fails is logged and the pass goes on with the next.
 // Each batch is its own statement and transaction, so that PostgreSQL's
 // autovacuum can reclaim the rows of one batch while the next is deleted
 // and no transaction holds many locks; a pass goes on until a batch comes
 // back short, growing its batch from RetentionBatch while batches come back
 // full (batchSizer), so that retention keeps pace with a busy engine.
 func (e *engine) retain() {
-	ctx := e.bgCtx
 	now := e.cfg.Now()
-	items, runs := 0, 0
+	items, runs, notes := 0, 0, 0
 	if e.cfg.Retention > 0 {
-		b := newBatchSizer(e.cfg.RetentionBatch)
-		for range retentionBatchesPerPass {
-			t0 := time.Now()
-			n, err := e.store.DeleteSucceeded(ctx, now.Add(-e.cfg.Retention), b.size)
-			if err != nil {
-				if ctx.Err() == nil {
-					e.log.Warn("redrive: retention of succeeded items failed", "err", err)
-				}
-				return
-			}
-			items += n
-			if !b.done(n, time.Since(t0)) {
-				break
-			}
-		}
+		items += e.retainBatches("succeeded items", func(ctx context.Context, limit int) (int, error) {
+			return e.store.DeleteSucceeded(ctx, now.Add(-e.cfg.Retention), limit)
+		})
 	}
 	if e.cfg.RunRetention > 0 {
-		b := newBatchSizer(e.cfg.RetentionBatch)
-		for range retentionBatchesPerPass {
-			t0 := time.Now()
-			n, r, err := e.store.DeleteFinishedRuns(ctx, now.Add(-e.cfg.RunRetention), b.size)
-			if err != nil {
-				if ctx.Err() == nil {
-					e.log.Warn("redrive: retention of finished runs failed", "err", err)
-				}
-				return
-			}
-			items, runs = items+n, runs+r
-			if !b.done(n, time.Since(t0)) {
-				break
-			}
-		}
+		items += e.retainBatches("finished runs", func(ctx context.Context, limit int) (int, error) {
+			n, r, err := e.store.DeleteFinishedRuns(ctx, now.Add(-e.cfg.RunRetention), limit)
+			runs += r
+			return n, err
+		})
 	}
-	notes := e.retainOutbox(now)
+	// Delivered notifications only serve an operator's look back, and a
+	// busy webhook writes a row per event.
+	if o, ok := e.store.(Outbox); ok && e.cfg.OutboxRetention > 0 {
+		notes = e.retainBatches("delivered notifications", func(ctx context.Context, limit int) (int, error) {
+			return o.DeleteDelivered(ctx, now.Add(-e.cfg.OutboxRetention), limit)
+		})
+	}
 	if items > 0 || runs > 0 || notes > 0 {
 		e.log.Info("redrive: deleted items, runs and notifications past retention", "items", items, "runs", runs,
 			"notifications", notes)
 	}
 }
 
-// retainOutbox deletes notifications delivered longer than OutboxRetention
-// ago, in batches like items: a busy webhook writes a row per event, and
-// delivered rows only serve an operator's look back.
-func (e *engine) retainOutbox(now time.Time) int {
-	o, ok := e.store.(Outbox)
-	if !ok || e.cfg.OutboxRetention <= 0 {
-		return 0
-	}
+// retainBatches calls del with a batch size from RetentionBatch up, as
+// batchSizer sets it, until a batch comes back short, a call fails (logged
+// as a failed retention of what) or retentionBatchesPerPass calls were
+// made, and returns how many rows del deleted.
+func (e *engine) retainBatches(what string, del func(ctx context.Context, limit int) (int, error)) int {
 	total := 0
+	b := newBatchSizer(e.cfg.RetentionBatch)
 	for range retentionBatchesPerPass {
-		n, err := o.DeleteDelivered(e.bgCtx, now.Add(-e.cfg.OutboxRetention), e.cfg.RetentionBatch)
+		t0 := time.Now()
+		n, err := del(e.bgCtx, b.size)
 		if err != nil {
 			if e.bgCtx.Err() == nil {
-				e.log.Warn("redrive: retention of delivered notifications failed", "err", err)
+				e.log.Warn("redrive: retention of "+what+" failed", "err", err)
 			}
 			break
 		}
 		total += n
-		if n < e.cfg.RetentionBatch {
+		if !b.done(n, time.Since(t0)) {
 			break
 		}
 	}
