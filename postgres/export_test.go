@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"fmt"
 	"strings"
 	"time"
 
@@ -41,4 +42,49 @@ func ClaimPlans(ctx context.Context, s *Store, req redrive.ClaimRequest, bare bo
 // order; exact reports that it did not stop at the limit.
 func OldestDueRead(ctx context.Context, s *Store, now time.Time, limit int) (time.Time, bool, error) {
 	return s.oldestDue(ctx, now, limit)
+}
+
+// SamplesPlan returns the generic plan of the read of group g's newest dead
+// items under the dead-state filter, planned as FailureGroups plans it: the
+// plan a cached statement settles on after a few runs, which cannot rely
+// on the arguments' values.
+func SamplesPlan(ctx context.Context, s *Store, g redrive.ErrorGroup) (string, error) {
+	var ia, aa args
+	f := redrive.ItemFilter{States: []redrive.State{redrive.StateDead}}
+	q, a := s.examplesSQL(g, itemWhere(f, &ia), ia, attemptWhere(f, &aa), aa)
+	var plan string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, planSettings); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+			return err
+		}
+		if _, err := tx.Exec(ctx, `PREPARE samples AS `+q); err != nil {
+			return err
+		}
+		// EXECUTE takes its arguments as literals.
+		ps := make([]string, len(a))
+		for i, v := range a {
+			switch v := v.(type) {
+			case string:
+				ps[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+			case int:
+				ps[i] = fmt.Sprint(v)
+			default:
+				return fmt.Errorf("argument %d: %T", i+1, v)
+			}
+		}
+		rows, err := tx.Query(ctx, `EXPLAIN EXECUTE samples(`+strings.Join(ps, ", ")+`)`)
+		if err != nil {
+			return err
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		plan = strings.Join(lines, "\n")
+		if _, derr := tx.Exec(ctx, `DEALLOCATE samples`); err == nil {
+			err = derr
+		}
+		return err
+	})
+	return plan, err
 }
