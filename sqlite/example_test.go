@@ -114,4 +114,5 @@ func ExampleStore_MigrationStatus() {
 	// 0014 fingerprints applied: true
 	// 0015 failure_counts applied: true
 	// 0016 retained applied: true
+	// 0017 waiting_only applied: true
 }

@@ -224,7 +224,7 @@ func promoteBatch(limit int) int { return max(1000, 4*limit) }
 // promoteSQL marks up to ?2 waiting pending items due at ?1 ready, oldest
 // next_at first, through items_waiting.
 const promoteSQL = `UPDATE items SET ready = 1 WHERE id IN (SELECT id FROM items INDEXED BY items_waiting
-	WHERE state = 'pending' AND ready = 0 AND next_at <= ?1 ORDER BY ready, next_at LIMIT ?2)`
+	WHERE state = 'pending' AND ready = 0 AND next_at <= ?1 ORDER BY next_at LIMIT ?2)`
 
 // ClaimExpired takes over up to req.Limit running items of req.Pipelines
 // whose lease expired before req.Now, oldest lease first, with a new token.

@@ -353,22 +353,6 @@ func (s *Store) TopErrors(ctx context.Context, f redrive.ErrorFilter) ([]redrive
 	return out, nil
 }
 
-// OldestDue returns the smallest NextAt of the pending items due at now, or
-// the zero time when none is due: the first entry of each half (ready and
-// waiting) of items_waiting.
-func (s *Store) OldestDue(ctx context.Context, now time.Time) (time.Time, error) {
-	var n sql.NullInt64
-	err := s.r.QueryRowContext(ctx, `SELECT MIN(next_at) FROM (
-		SELECT MIN(next_at) AS next_at FROM items INDEXED BY items_waiting WHERE state = 'pending' AND ready = 1 AND next_at <= ?1
-		UNION ALL
-		SELECT MIN(next_at) FROM items INDEXED BY items_waiting WHERE state = 'pending' AND ready = 0 AND next_at <= ?1)`,
-		tnz(now)).Scan(&n)
-	if err != nil {
-		return time.Time{}, fmt.Errorf("sqlite: oldest due: %w", err)
-	}
-	return nt(n), nil
-}
-
 // Redrive sends the dead or canceled items selected by f (f.States empty
 // means dead) back to pending at the stage they stopped at, with attempt
 // and rate-limit counters at 0 and the reason cleared; their attempts are
