@@ -79,12 +79,34 @@ func (r readyReader) NextPriority(ctx context.Context, below *int) (*int, error)
 	return &v, nil
 }
 
-func (r readyReader) Page(ctx context.Context, p int, afterOrder time.Time, afterID int64, n int) ([]readywalk.Item, error) {
-	rows, err := r.tx.Query(ctx, `SELECT order_at, next_at, id FROM `+r.s.q+`.items
-		WHERE state = 'pending' AND ready AND priority = $1 AND (order_at, id) > ($2, $3)
-		ORDER BY order_at, id LIMIT $4`, p, afterOrder, afterID, n)
-	if err != nil {
-		return nil, err
+func (r readyReader) Page(ctx context.Context, p int, afterOrder time.Time, afterID int64, n int, now time.Time) (readywalk.Page, error) {
+	// The page is summed up in the server: one row back, not n. The first
+	// page has no bound, rather than an optional one that a generic plan
+	// could not seek to.
+	bound, args := ``, []any{p, n, now}
+	if !afterOrder.IsZero() {
+		bound, args = ` AND (order_at, id) > ($4, $5)`, append(args, afterOrder, afterID)
 	}
-	return pgx.CollectRows(rows, pgx.RowToStructByPos[readywalk.Item])
+	var pg readywalk.Page
+	var due, lastOrder *time.Time
+	var lastID *int64
+	// The last item is found with max rather than a sort, which the
+	// settings of the walk (see oldestDue) would price so high that the
+	// statement got compiled with JIT: 220 ms instead of 1.
+	err := r.tx.QueryRow(ctx, `WITH page AS MATERIALIZED (SELECT order_at, next_at, id FROM `+r.s.q+`.items
+			WHERE state = 'pending' AND ready AND priority = $1`+bound+`
+			ORDER BY order_at, id LIMIT $2)
+		SELECT count(*), min(next_at) FILTER (WHERE next_at <= $3), max(order_at),
+			(SELECT max(id) FROM page l WHERE l.order_at = (SELECT max(order_at) FROM page))
+		FROM page`, args...).Scan(&pg.N, &due, &lastOrder, &lastID)
+	if err != nil {
+		return pg, err
+	}
+	if due != nil {
+		pg.Due = *due
+	}
+	if lastOrder != nil && lastID != nil {
+		pg.LastOrderAt, pg.LastID = *lastOrder, *lastID
+	}
+	return pg, nil
 }

@@ -43,7 +43,7 @@ func TestOldestDueReadLimit(t *testing.T) {
 		limit int
 		want  time.Time
 		exact bool
-	}{{100, retried, false}, {300, retried, false}, {302, behind, false}, {303, behind, true}, {100_000, behind, true}} {
+	}{{100, retried, false}, {300, retried, false}, {301, retried, false}, {302, behind, true}, {100_000, behind, true}} {
 		got, exact, err := postgres.OldestDueRead(ctx, s, now, c.limit)
 		if err != nil {
 			t.Fatal(err)

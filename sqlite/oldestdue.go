@@ -62,27 +62,27 @@ func (r readyReader) NextPriority(ctx context.Context, below *int) (*int, error)
 	return &v, nil
 }
 
-func (r readyReader) Page(ctx context.Context, p int, afterOrder time.Time, afterID int64, n int) ([]readywalk.Item, error) {
+func (r readyReader) Page(ctx context.Context, p int, afterOrder time.Time, afterID int64, n int, now time.Time) (readywalk.Page, error) {
 	after := int64(math.MinInt64)
 	if !afterOrder.IsZero() {
 		after = afterOrder.UnixNano()
 	}
-	rows, err := r.tx.QueryContext(ctx, `SELECT order_at, next_at, id FROM items INDEXED BY items_ready
-		WHERE state = 'pending' AND ready = 1 AND priority = ?1 AND (order_at, id) > (?2, ?3)
-		ORDER BY order_at, id LIMIT ?4`, p, after, afterID, n)
+	// The page is summed up in SQLite: one row back, not n.
+	var pg readywalk.Page
+	var due, lastOrder, lastID sql.NullInt64
+	err := r.tx.QueryRowContext(ctx, `WITH page AS MATERIALIZED (SELECT order_at, next_at, id FROM items INDEXED BY items_ready
+			WHERE state = 'pending' AND ready = 1 AND priority = ?1 AND (order_at, id) > (?2, ?3)
+			ORDER BY order_at, id LIMIT ?4)
+		SELECT COUNT(*), MIN(CASE WHEN next_at <= ?5 THEN next_at END), MAX(order_at),
+			(SELECT MAX(id) FROM page l WHERE l.order_at = (SELECT MAX(order_at) FROM page))
+		FROM page`,
+		p, after, afterID, n, tnz(now)).Scan(&pg.N, &due, &lastOrder, &lastID)
 	if err != nil {
-		return nil, err
+		return pg, err
 	}
-	defer rows.Close()
-	var out []readywalk.Item
-	for rows.Next() {
-		var order, next int64
-		var it readywalk.Item
-		if err := rows.Scan(&order, &next, &it.ID); err != nil {
-			return nil, err
-		}
-		it.OrderAt, it.NextAt = time.Unix(0, order).UTC(), time.Unix(0, next).UTC()
-		out = append(out, it)
+	pg.Due = nt(due)
+	if lastOrder.Valid {
+		pg.LastOrderAt, pg.LastID = time.Unix(0, lastOrder.Int64).UTC(), lastID.Int64
 	}
-	return out, rows.Err()
+	return pg, nil
 }

@@ -16,10 +16,16 @@ import (
 	"time"
 )
 
-// Item is a ready item as the walk reads it.
-type Item struct {
-	OrderAt, NextAt time.Time
-	ID              int64
+// Page sums up a page of ready items of one priority in claim order.
+type Page struct {
+	// N is how many items the page holds.
+	N int
+	// Due is the smallest due time among its items due at the walk's
+	// now; the zero time when none is.
+	Due time.Time
+	// LastOrderAt and LastID are the claim order key of its last item.
+	LastOrderAt time.Time
+	LastID      int64
 }
 
 // Reader reads a store's ready items, all in one snapshot.
@@ -27,9 +33,10 @@ type Reader interface {
 	// NextPriority returns the highest priority of the ready items below
 	// below (of all of them when below is nil), or nil when there is none.
 	NextPriority(ctx context.Context, below *int) (*int, error)
-	// Page returns up to n ready items of priority p that come after
-	// (afterOrder, afterID) in claim order, in that order.
-	Page(ctx context.Context, p int, afterOrder time.Time, afterID int64, n int) ([]Item, error)
+	// Page sums up the next up to n ready items of priority p that come
+	// after (afterOrder, afterID) in claim order (after all of them when
+	// afterOrder is the zero time), with due times counted up to now.
+	Page(ctx context.Context, p int, afterOrder time.Time, afterID int64, n int, now time.Time) (Page, error)
 }
 
 // Pages grow from firstPage to lastPage items.
@@ -43,6 +50,12 @@ const (
 // priorities. exact reports that it did not stop at the limit; when it
 // did, the result is the oldest due time among the items read, so no older
 // than the true one.
+//
+// A page is read whole: its items after the first one ordered at or after
+// the oldest due time cannot lower it, so its smallest due time is the
+// walk's; and the walk of a priority ends with the first page whose last
+// item is ordered at or after the oldest due time, or that comes back
+// short.
 func Oldest(ctx context.Context, r Reader, now, oldest time.Time, limit int) (_ time.Time, exact bool, err error) {
 	read := 0
 	var below *int
@@ -58,30 +71,25 @@ func Oldest(ctx context.Context, r Reader, now, oldest time.Time, limit int) (_ 
 		// each stay bounded too.
 		below = p
 		read++
-		done := false
 		page := firstPage
-		afterOrder, afterID := time.Time{}, int64(-1)
-		for !done {
+		afterOrder, afterID := time.Time{}, int64(0)
+		for {
 			n := min(page, limit-read)
 			if n <= 0 {
 				return oldest, false, nil
 			}
-			items, err := r.Page(ctx, *p, afterOrder, afterID, n)
+			pg, err := r.Page(ctx, *p, afterOrder, afterID, n, now)
 			if err != nil {
 				return oldest, false, err
 			}
-			done = len(items) < n
-			for _, it := range items {
-				if !oldest.IsZero() && !it.OrderAt.Before(oldest) {
-					done = true
-					break
-				}
-				if !it.NextAt.After(now) && (oldest.IsZero() || it.NextAt.Before(oldest)) {
-					oldest = it.NextAt
-				}
-				afterOrder, afterID = it.OrderAt, it.ID
-				read++
+			read += pg.N
+			if !pg.Due.IsZero() && (oldest.IsZero() || pg.Due.Before(oldest)) {
+				oldest = pg.Due
 			}
+			if pg.N < n || !oldest.IsZero() && !pg.LastOrderAt.Before(oldest) {
+				break
+			}
+			afterOrder, afterID = pg.LastOrderAt, pg.LastID
 			page = min(4*page, lastPage)
 		}
 	}

@@ -16,8 +16,10 @@ type ready struct {
 }
 
 type item struct {
-	prio int
-	Item
+	prio    int
+	OrderAt time.Time
+	NextAt  time.Time
+	ID      int64
 }
 
 func (r *ready) NextPriority(_ context.Context, below *int) (*int, error) {
@@ -31,19 +33,23 @@ func (r *ready) NextPriority(_ context.Context, below *int) (*int, error) {
 	return best, nil
 }
 
-func (r *ready) Page(_ context.Context, p int, afterOrder time.Time, afterID int64, n int) ([]Item, error) {
-	var out []Item
+func (r *ready) Page(_ context.Context, p int, afterOrder time.Time, afterID int64, n int, now time.Time) (Page, error) {
+	var pg Page
 	for _, it := range r.items { // in claim order
-		if it.prio != p || cmp.Or(it.OrderAt.Compare(afterOrder), cmp.Compare(it.ID, afterID)) <= 0 {
+		if it.prio != p || !afterOrder.IsZero() && cmp.Or(it.OrderAt.Compare(afterOrder), cmp.Compare(it.ID, afterID)) <= 0 {
 			continue
 		}
-		if len(out) == n {
+		if pg.N == n {
 			break
 		}
-		out = append(out, it.Item)
+		pg.N++
+		if !it.NextAt.After(now) && (pg.Due.IsZero() || it.NextAt.Before(pg.Due)) {
+			pg.Due = it.NextAt
+		}
+		pg.LastOrderAt, pg.LastID = it.OrderAt, it.ID
 	}
-	r.reads += len(out)
-	return out, nil
+	r.reads += pg.N
+	return pg, nil
 }
 
 // Oldest agrees with the minimum over every item on seeded random sets:
@@ -69,7 +75,7 @@ func TestOldestMatchesMinimum(t *testing.T) {
 					early = next
 				}
 			}
-			r.items = append(r.items, item{prio: rng.IntN(3) - 1, Item: Item{OrderAt: order, NextAt: next, ID: int64(i + 1)}})
+			r.items = append(r.items, item{prio: rng.IntN(3) - 1, OrderAt: order, NextAt: next, ID: int64(i + 1)})
 			if !next.After(now) && (want.IsZero() || next.Before(want)) {
 				want = next
 			}
@@ -91,7 +97,7 @@ func TestOldestStopsEarly(t *testing.T) {
 	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	r := &ready{}
 	for i := range 10_000 {
-		r.items = append(r.items, item{Item: Item{OrderAt: t0, NextAt: t0, ID: int64(i + 1)}})
+		r.items = append(r.items, item{OrderAt: t0, NextAt: t0, ID: int64(i + 1)})
 	}
 	got, exact, err := Oldest(context.Background(), r, t0.Add(time.Hour), time.Time{}, 1_000_000)
 	if err != nil || !exact || !got.Equal(t0) {
@@ -109,9 +115,9 @@ func TestOldestLimit(t *testing.T) {
 	// Retries ordered at t0 and due at 30m, then one due at 10m ordered
 	// after them.
 	for i := range 1000 {
-		r.items = append(r.items, item{Item: Item{OrderAt: t0, NextAt: t0.Add(30 * time.Minute), ID: int64(i + 1)}})
+		r.items = append(r.items, item{OrderAt: t0, NextAt: t0.Add(30 * time.Minute), ID: int64(i + 1)})
 	}
-	r.items = append(r.items, item{Item: Item{OrderAt: t0.Add(10 * time.Minute), NextAt: t0.Add(10 * time.Minute), ID: 1001}})
+	r.items = append(r.items, item{OrderAt: t0.Add(10 * time.Minute), NextAt: t0.Add(10 * time.Minute), ID: 1001})
 	now := t0.Add(time.Hour)
 	got, exact, err := Oldest(context.Background(), r, now, time.Time{}, 500)
 	if err != nil || exact || !got.Equal(t0.Add(30*time.Minute)) {
