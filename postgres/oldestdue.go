@@ -37,8 +37,10 @@ func (s *Store) oldestDue(ctx context.Context, now time.Time, limit int) (oldest
 	// One snapshot, so that an item promoted or claimed during the reads
 	// is seen in one place only.
 	err = pgx.BeginTxFunc(ctx, s.pool, pgx.TxOptions{IsoLevel: pgx.RepeatableRead, AccessMode: pgx.ReadOnly}, func(tx pgx.Tx) error {
-		// Walks of items_ready in index order, as Claim's (see claimOrdered).
-		if _, err := tx.Exec(ctx, planSettings); err != nil {
+		// Walks of items_ready in index order, as Claim's (see
+		// claimOrdered), and no JIT: a plan these settings price high
+		// would otherwise be compiled, for far longer than it runs.
+		if _, err := tx.Exec(ctx, planSettings+`, set_config('jit', 'off', true)`); err != nil {
 			return err
 		}
 		var best *time.Time
