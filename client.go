@@ -59,8 +59,9 @@ type Config struct {
 	// retention settings let go. Default 1 minute.
 	RetentionInterval time.Duration
 	// RetentionBatch is how many items (or delivered notifications) the
-	// first delete statement of a retention pass removes: each batch is its own transaction, which
-	// suits PostgreSQL's vacuum and keeps SQLite's write lock short. While
+	// first delete statement of a retention pass removes: each batch is its
+	// own transaction, which suits PostgreSQL's vacuum and keeps SQLite's
+	// write lock short. While
 	// batches come back full within a quarter of a second, a pass doubles
 	// its batch up to 20,000 items (or RetentionBatch when larger), so
 	// that it keeps pace with a busy engine, and halves it again, not

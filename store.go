@@ -86,7 +86,9 @@ type Store interface {
 	// most frequent first.
 	TopErrors(ctx context.Context, f ErrorFilter) ([]ErrorCount, error)
 	// OldestDue returns the NextAt of the oldest due pending item, or the
-	// zero time when none is due at now.
+	// zero time when none is due at now. A store may bound what it reads
+	// of a very large set of ready items; its answer is then the oldest
+	// among those it read, never older than the true one.
 	OldestDue(ctx context.Context, now time.Time) (time.Time, error)
 
 	// Redrive sends the dead or canceled items selected by f (f.States must
