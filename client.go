@@ -61,12 +61,12 @@ type Config struct {
 	// RetentionBatch is how many items (or delivered notifications) the
 	// first delete statement of a retention pass removes: each batch is its
 	// own transaction, which suits PostgreSQL's vacuum and keeps SQLite's
-	// write lock short. While
-	// batches come back full within a quarter of a second, a pass doubles
-	// its batch up to 20,000 items (or RetentionBatch when larger), so
-	// that it keeps pace with a busy engine, and halves it again, not
-	// below RetentionBatch, after a batch that took longer than half a
-	// second. Default 1,000 (DefaultRetentionBatch).
+	// write lock short. While batches come back full within a quarter of
+	// a second, a pass doubles its batch up to 20,000 items (or
+	// RetentionBatch when larger), so that it keeps pace with a busy
+	// engine, and halves it again, not below RetentionBatch, after a batch
+	// that took longer than half a second. Default 1,000
+	// (DefaultRetentionBatch).
 	RetentionBatch int
 	// Owner names this client in leases. Default: host name, process ID
 	// and a random suffix.
