@@ -47,6 +47,16 @@ type Store interface {
 	// Release returns leased items to pending, due at now, without
 	// recording an attempt (a graceful stop).
 	Release(ctx context.Context, leases []LeaseRef, now time.Time) error
+	// MarkStarted records, for each lease still held, that its attempt
+	// started at the mark's At (Item.AttemptStartedAt), and returns the IDs
+	// of the items whose lease was lost. A claim clears the mark.
+	MarkStarted(ctx context.Context, marks []StartMark) (lost []int64, err error)
+	// ReleaseUnstarted returns items to pending, due at now, without
+	// recording an attempt, and counts a lease loss on each
+	// (Item.LeaseLosses): the rescuer's answer to an expired lease whose
+	// attempt was never recorded as started. Leases no longer held are
+	// ignored.
+	ReleaseUnstarted(ctx context.Context, leases []LeaseRef, now time.Time) error
 
 	// GetRun returns a run with its counts.
 	GetRun(ctx context.Context, id int64) (Run, error)
@@ -215,6 +225,12 @@ type Lease struct {
 
 // Ref returns the lease's reference.
 func (l Lease) Ref() LeaseRef { return LeaseRef{ItemID: l.Item.ID, Token: l.Token} }
+
+// StartMark records when the attempt of a lease started.
+type StartMark struct {
+	Lease LeaseRef
+	At    time.Time
+}
 
 // LeaseRef identifies a lease.
 type LeaseRef struct {

@@ -117,7 +117,19 @@ type Item struct {
 	NextAt         time.Time `json:"next_at"`
 	LeaseOwner     string    `json:"lease_owner,omitempty"`
 	LeaseExpiresAt time.Time `json:"lease_expires_at,omitzero"`
-	UpdatedAt      time.Time `json:"updated_at"`
+	// AttemptStartedAt is, for a running item, when its current lease's
+	// attempt was recorded as started; zero while no start is recorded (a
+	// leased item whose handler has not started, or started moments ago).
+	// The rescuer charges a lost attempt only to a lease with a start.
+	AttemptStartedAt time.Time `json:"attempt_started_at,omitzero"`
+	// LeaseLosses counts the leases of the item that expired with no
+	// attempt recorded as started: their process died before it ran them,
+	// or moments after it started them. Such leases return the item to
+	// pending without an attempt charged; an item that has lost one is
+	// recorded as started before its handler runs again, so that a handler
+	// that kills its process is charged every later attempt.
+	LeaseLosses int       `json:"lease_losses,omitempty"`
+	UpdatedAt   time.Time `json:"updated_at"`
 	// Reason is set for dead and canceled items.
 	Reason *Reason `json:"reason,omitempty"`
 }

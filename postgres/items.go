@@ -17,7 +17,7 @@ const itemCols = `id, run_id, pipeline, coalesce(key, ''), stage, stage_index, s
 	attempt, rate_limit_waits, payload, input, enqueued_at, next_at, lease_owner,
 	lease_expires_at, updated_at, reason_stage, reason_class, reason_error,
 	reason_attempts, reason_at, lease_token,
-	failed_attempts, order_at`
+	failed_attempts, order_at, attempt_started_at, lease_losses`
 
 // scanItem reads the columns of itemCols.
 func scanItem(row pgx.Row) (redrive.Item, int64, error) {
@@ -30,15 +30,21 @@ func scanItem(row pgx.Row) (redrive.Item, int64, error) {
 		stageIndex, prio, att, rlw int32
 		failed                     int32
 		token                      int64
+		started                    *time.Time
+		losses                     int32
 	)
 	err := row.Scan(&it.ID, &it.RunID, &it.Pipeline, &it.Key, &it.Stage, &stageIndex, &state, &prio,
 		&att, &rlw, &it.Payload, &it.Input, &it.EnqueuedAt, &it.NextAt, &it.LeaseOwner,
 		&leaseExp, &it.UpdatedAt, &rStage, &rClass, &rErr, &rAttempts, &rAt, &token,
-		&failed, &it.OrderAt)
+		&failed, &it.OrderAt, &started, &losses)
 	if err != nil {
 		return it, 0, err
 	}
 	it.State = redrive.State(state)
+	it.LeaseLosses = int(losses)
+	if started != nil && it.State == redrive.StateRunning {
+		it.AttemptStartedAt = started.UTC()
+	}
 	it.StageIndex, it.Priority, it.Attempt, it.RateLimitWaits = int(stageIndex), int(prio), int(att), int(rlw)
 	it.FailedAttempts = int(failed)
 	it.EnqueuedAt = it.EnqueuedAt.UTC()

@@ -301,7 +301,7 @@ func (s *Store) claimSQL(req redrive.ClaimRequest) (string, args) {
 	// The walk of items_ready stops after the batch: every row it meets
 	// is due unless a clock runs ahead of this one.
 	return `UPDATE ` + s.q + `.items SET state = 'running', lease_token = lease_token + 1,
-		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `
+		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `, attempt_started_at = NULL
 	WHERE id = ANY(ARRAY(SELECT c.id FROM ` + s.q + `.items c
 		WHERE c.state = 'pending' AND c.ready AND c.next_at <= ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
 		stageFilter(req, "c", &a) + `
@@ -483,6 +483,17 @@ const countsUnchanged = `(SELECT set_config('redrive.counts_unchanged', 'on', tr
 // Release returns the leased items still held to pending, due at now,
 // without recording an attempt, and notifies listeners.
 func (s *Store) Release(ctx context.Context, leases []redrive.LeaseRef, now time.Time) error {
+	return s.release(ctx, "release", leases, now, 0)
+}
+
+// ReleaseUnstarted returns the leased items still held, whose attempt never
+// started, to pending, due at now, without recording an attempt, counts a
+// lease loss on each, and notifies listeners.
+func (s *Store) ReleaseUnstarted(ctx context.Context, leases []redrive.LeaseRef, now time.Time) error {
+	return s.release(ctx, "release unstarted", leases, now, 1)
+}
+
+func (s *Store) release(ctx context.Context, op string, leases []redrive.LeaseRef, now time.Time, losses int) error {
 	if len(leases) == 0 {
 		return nil
 	}
@@ -491,15 +502,47 @@ func (s *Store) Release(ctx context.Context, leases []redrive.LeaseRef, now time
 	// are locked in ID order first (see lockLeased).
 	_, err := s.pool.Exec(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
 	upd AS (UPDATE `+s.q+`.items i SET state = 'pending', next_at = $3, ready = true,
-			lease_token = i.lease_token + 1, lease_owner = '', lease_expires_at = NULL, updated_at = $3
+			lease_token = i.lease_token + 1, lease_owner = '', lease_expires_at = NULL, updated_at = $3,
+			attempt_started_at = NULL, lease_losses = i.lease_losses + $5
 		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
 		RETURNING i.id)
-	SELECT pg_notify($4, '') FROM (SELECT count(*) AS n FROM upd) c WHERE c.n > 0`, ids, tokens, now, s.channel)
+	SELECT pg_notify($4, '') FROM (SELECT count(*) AS n FROM upd) c WHERE c.n > 0`, ids, tokens, now, s.channel, losses)
 	if err != nil {
-		return s.fail("release", err)
+		return s.fail(op, err)
 	}
 	return nil
+}
+
+// MarkStarted records the start of the attempts of the leases still held
+// and returns the IDs of the items whose lease was lost. Like a heartbeat
+// it changes no count.
+func (s *Store) MarkStarted(ctx context.Context, marks []redrive.StartMark) ([]int64, error) {
+	if len(marks) == 0 {
+		return nil, nil
+	}
+	ids, tokens := make([]int64, len(marks)), make([]int64, len(marks))
+	ats := make([]time.Time, len(marks))
+	for i, m := range marks {
+		ids[i], tokens[i], ats[i] = m.Lease.ItemID, m.Lease.Token, m.At
+	}
+	rows, err := s.pool.Query(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
+	upd AS (UPDATE `+s.q+`.items i SET attempt_started_at = u.at
+		FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS u(id, token, at)
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
+			AND `+countsUnchanged+`
+		RETURNING i.id, i.lease_token)
+	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
+	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
+	ORDER BY u.id`, ids, tokens, ats)
+	if err != nil {
+		return nil, s.fail("mark started", err)
+	}
+	lost, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	if err != nil {
+		return nil, s.fail("mark started", err)
+	}
+	return lost, nil
 }
 
 // Complete applies completions with one statement: a completion applies

@@ -115,4 +115,5 @@ func ExampleStore_MigrationStatus() {
 	// 0015 failure_counts applied: true
 	// 0016 retained applied: true
 	// 0017 waiting_only applied: true
+	// 0018 attempt_started applied: true
 }

@@ -15,7 +15,7 @@ import (
 const itemCols = `id, run_id, pipeline, key, stage, stage_index, state, priority, attempt, rate_limit_waits,
 	payload, input, enqueued_at, next_at, lease_token, lease_owner, lease_expires_at, updated_at,
 	reason_stage, reason_class, reason_error, reason_attempts, reason_at,
-	failed_attempts, order_at`
+	failed_attempts, order_at, attempt_started_at, lease_losses`
 
 // scanItem scans itemCols and returns the item and its lease token.
 func scanItem(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
@@ -28,16 +28,19 @@ func scanItem(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
 		leaseExp, rAt          sql.NullInt64
 		rStage, rClass, rError sql.NullString
 		rAttempts              sql.NullInt64
+		started                sql.NullInt64
 	)
 	err := sc.Scan(&it.ID, &it.RunID, &it.Pipeline, &key, &it.Stage, &it.StageIndex, &state, &it.Priority,
 		&it.Attempt, &it.RateLimitWaits, &it.Payload, &it.Input, &enq, &next, &token, &owner, &leaseExp, &upd,
 		&rStage, &rClass, &rError, &rAttempts, &rAt,
-		&it.FailedAttempts, &order)
+		&it.FailedAttempts, &order, &started, &it.LeaseLosses)
 	if err != nil {
 		return it, 0, err
 	}
+	if it.State = redrive.State(state); it.State == redrive.StateRunning {
+		it.AttemptStartedAt = nt(started)
+	}
 	it.Key = key.String
-	it.State = redrive.State(state)
 	it.EnqueuedAt = ntz(enq)
 	it.OrderAt = it.EnqueuedAt
 	if order.Valid {
@@ -193,7 +196,7 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 	// index, so a ready item that a clock ahead of this one made ready is
 	// skipped without reading its row.
 	q := `UPDATE items SET state = 'running', lease_token = lease_token + 1, lease_owner = ?,
-		lease_expires_at = ?, updated_at = ?
+		lease_expires_at = ?, updated_at = ?, attempt_started_at = NULL
 		WHERE id IN (SELECT id FROM items INDEXED BY items_ready WHERE ` + strings.Join(where, " AND ") + `
 			ORDER BY priority DESC, order_at, id LIMIT ?)
 		RETURNING ` + itemCols
@@ -327,24 +330,68 @@ func (s *Store) Heartbeat(ctx context.Context, leases []redrive.LeaseRef, until 
 // Release returns leased items to pending, due at now, without recording an
 // attempt. Leases no longer held are ignored.
 func (s *Store) Release(ctx context.Context, leases []redrive.LeaseRef, now time.Time) error {
+	return s.release(ctx, "release", leases, now, 0)
+}
+
+// ReleaseUnstarted returns leased items whose attempt never started to
+// pending, due at now, without recording an attempt, and counts a lease
+// loss on each. Leases no longer held are ignored.
+func (s *Store) ReleaseUnstarted(ctx context.Context, leases []redrive.LeaseRef, now time.Time) error {
+	return s.release(ctx, "release unstarted", leases, now, 1)
+}
+
+func (s *Store) release(ctx context.Context, op string, leases []redrive.LeaseRef, now time.Time, losses int) error {
 	if len(leases) == 0 {
 		return nil
 	}
-	return s.writeTx(ctx, "release", func(tx *sql.Tx) error {
+	return s.writeTx(ctx, op, func(tx *sql.Tx) error {
 		st, err := tx.PrepareContext(ctx, `UPDATE items SET state = 'pending', next_at = ?, ready = 1, updated_at = ?,
-			lease_owner = NULL, lease_expires_at = NULL
+			lease_owner = NULL, lease_expires_at = NULL, attempt_started_at = NULL, lease_losses = lease_losses + ?
 			WHERE id = ? AND lease_token = ? AND state = 'running'`)
 		if err != nil {
 			return err
 		}
 		defer st.Close()
 		for _, l := range leases {
-			if _, err := st.ExecContext(ctx, tnz(now), tnz(now), l.ItemID, l.Token); err != nil {
+			if _, err := st.ExecContext(ctx, tnz(now), tnz(now), losses, l.ItemID, l.Token); err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// MarkStarted records the start of the attempts of the leases still held
+// and returns the IDs of the items whose lease was lost.
+func (s *Store) MarkStarted(ctx context.Context, marks []redrive.StartMark) ([]int64, error) {
+	if len(marks) == 0 {
+		return nil, nil
+	}
+	var lost []int64
+	err := s.writeTx(ctx, "mark started", func(tx *sql.Tx) error {
+		st, err := tx.PrepareContext(ctx,
+			`UPDATE items SET attempt_started_at = ? WHERE id = ? AND lease_token = ? AND state = 'running'`)
+		if err != nil {
+			return err
+		}
+		defer st.Close()
+		for _, m := range marks {
+			res, err := st.ExecContext(ctx, tnz(m.At), m.Lease.ItemID, m.Lease.Token)
+			if err != nil {
+				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 0 {
+				lost = append(lost, m.Lease.ItemID)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return lost, nil
 }
 
 // Complete applies completions in one transaction; applied[i] reports

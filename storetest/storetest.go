@@ -70,6 +70,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"Fencing", testFencing},
 		{"Heartbeat", testHeartbeat},
 		{"Release", testRelease},
+		{"StartMarks", testStartMarks},
 		{"CompleteStates", testCompleteStates},
 		{"CompleteBatch", testCompleteBatch},
 		{"CountsAddUp", testCountsAddUp},
