@@ -18,6 +18,16 @@ type Config struct {
 	// ClaimBatch is the most items claimed in one store call.
 	// Default: Workers, at least 32 and at most 512.
 	ClaimBatch int
+	// PrefetchWindow is how much work a process leases ahead of its
+	// free workers, so that a worker that finishes finds its next item
+	// without waiting for a claim: the items its workers start in this
+	// long at their recent rate, rounded up, and at most 2 × ClaimBatch.
+	// Beyond that, items stay in the queue, where other processes and
+	// newly due retries compete for them in claim order. When a process
+	// dies, the leases whose handler had not started go back to pending
+	// without an attempt charged. Default 100 ms; negative leases only
+	// for free workers.
+	PrefetchWindow time.Duration
 	// Writers is how many batches of completions are written at once.
 	// A server database (PostgreSQL) takes several concurrent transactions
 	// well; SQLite serialises them anyway. Default 2.
@@ -89,6 +99,9 @@ func (c Config) withDefaults() Config {
 	if c.Writers <= 0 {
 		c.Writers = 2
 	}
+	if c.PrefetchWindow == 0 {
+		c.PrefetchWindow = DefaultPrefetchWindow
+	}
 	if c.PollInterval <= 0 {
 		c.PollInterval = 100 * time.Millisecond
 	}
@@ -131,6 +144,9 @@ func (c Config) withDefaults() Config {
 	}
 	return c
 }
+
+// DefaultPrefetchWindow is Config.PrefetchWindow when it is 0.
+const DefaultPrefetchWindow = 100 * time.Millisecond
 
 // Errors of the Client.
 var (

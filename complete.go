@@ -38,11 +38,14 @@ func (e *engine) flush(batch []*task) {
 	}
 	e.mu.Unlock()
 	var comps []Completion
-	var rel []LeaseRef
+	var rel, unstarted []LeaseRef
 	for _, t := range batch {
-		if t.release {
+		switch {
+		case t.unstarted:
+			unstarted = append(unstarted, t.lease.Ref())
+		case t.release:
 			rel = append(rel, t.lease.Ref())
-		} else {
+		default:
 			comps = append(comps, t.comp)
 		}
 	}
@@ -69,6 +72,14 @@ func (e *engine) flush(batch []*task) {
 			e.log.Error("redrive: releasing leases failed", "err", err, "items", len(rel))
 		}
 	}
+	if len(unstarted) > 0 {
+		err := retry.Do(ctx, storeRetry, func(ctx context.Context) error {
+			return e.store.ReleaseUnstarted(ctx, unstarted, e.cfg.Now())
+		})
+		if err != nil {
+			e.log.Error("redrive: releasing leases failed", "err", err, "items", len(unstarted))
+		}
+	}
 	advanced := false
 	i := 0
 	e.mu.Lock()
@@ -78,6 +89,9 @@ func (e *engine) flush(batch []*task) {
 	e.mu.Unlock()
 	for _, t := range batch {
 		if t.release {
+			for _, ev := range t.events {
+				e.c.emit(ev) // a rescue that returned an unstarted item
+			}
 			continue
 		}
 		ok := applied[i]
@@ -93,7 +107,7 @@ func (e *engine) flush(batch []*task) {
 			e.c.emit(ev)
 		}
 	}
-	if advanced || len(rel) > 0 {
+	if advanced || len(rel)+len(unstarted) > 0 {
 		e.wake()
 	}
 	e.wake()

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redrive/redrive/retry"
@@ -32,6 +33,14 @@ type engine struct {
 	work        chan *task
 	completions chan *task
 	wakeCh      chan struct{}
+
+	// Leases only for work that can start (claim.go): unstarted counts
+	// the leased items no worker has taken yet, busy the workers with an
+	// item (pacing, running, or handing it to the completer), starts the
+	// handlers started, from which the claimer estimates the start rate.
+	unstarted atomic.Int64
+	busy      atomic.Int64
+	starts    atomic.Int64
 
 	mu sync.Mutex
 	// inflight holds every lease of this process not yet completed, by
@@ -70,6 +79,9 @@ type task struct {
 	stage    int // index in pipeline.Stages, -1 when unknown
 	comp     Completion
 	release  bool // return the lease without an attempt
+	// unstarted marks a release of a lease that expired before its
+	// attempt was recorded as started: it counts a lease loss.
+	unstarted bool
 	probe    bool // a half-open breaker's probe: its failure is the dependency's
 	events   []Event
 	// Flow control (flow.go): the stage's flow, the permit the call started
@@ -86,6 +98,10 @@ type task struct {
 	cancel     context.CancelFunc
 	lost       bool
 	completing bool
+	// startedAt is when the handler started (zero before); marked that
+	// the store knows it (startmark.go). Guarded by engine.mu.
+	startedAt time.Time
+	marked    bool
 }
 
 func (t *task) key() StageKey {
@@ -124,12 +140,10 @@ func (c *Client) Start(ctx context.Context) error {
 	e.layerCtx = retry.Layer(e.workCtx)
 	e.bgCtx, e.stopBG = context.WithCancel(context.WithoutCancel(ctx))
 	e.flushCtx, e.stopFlush = context.WithCancel(e.bgCtx)
-	// Items claimed and not yet recorded: the workers' own, and room for
-	// two claim batches, so that the claimer takes the next batch while
-	// the completers still write the last one. With room for one batch,
-	// claiming waited for completions to be written, and the PostgreSQL
-	// benchmark (200,000 no-op items, 64 workers, batch 512) worked
-	// 16-18k items/s instead of 23-31k.
+	// Room for the most items leased and not started (the workers' own
+	// and the prefetch, at most 2 × ClaimBatch: claim.go), and as many
+	// completions waiting to be written, so that the completers write one
+	// batch while the next accumulates.
 	capacity := c.cfg.Workers + 2*c.cfg.ClaimBatch
 	e.work = make(chan *task, capacity)
 	e.completions = make(chan *task, capacity)
@@ -144,9 +158,10 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	if len(e.names) > 0 {
 		e.claimers.Add(1)
-		go e.claimLoop(capacity)
-		e.bg.Add(2)
+		go e.claimLoop()
+		e.bg.Add(3)
 		go e.heartbeatLoop()
+		go e.markLoop()
 		go e.rescueLoop()
 	}
 	e.bg.Add(2)

@@ -422,6 +422,10 @@ func TestGracefulStopReleasesLeases(t *testing.T) {
 	})
 }
 
+// TestRescuerRecordsLostAttemptAndRetries: a worker vanished holding three
+// leases, two of whose attempts it had recorded as started. Those get a lost
+// attempt from their recorded start and succeed as attempt 2; the third,
+// never started, goes back without an attempt charged.
 func TestRescuerRecordsLostAttemptAndRetries(t *testing.T) {
 	eachStore(t, func(t *testing.T, s redrive.Store) {
 		ctx := context.Background()
@@ -438,6 +442,11 @@ func TestRescuerRecordsLostAttemptAndRetries(t *testing.T) {
 		if err != nil || len(ghost) != 3 {
 			t.Fatalf("ghost claim: %d %v", len(ghost), err)
 		}
+		began := now.Add(-20 * time.Second).Truncate(time.Millisecond)
+		marks := []redrive.StartMark{{Lease: ghost[0].Ref(), At: began}, {Lease: ghost[1].Ref(), At: began}}
+		if lost, err := s.MarkStarted(ctx, marks); err != nil || len(lost) != 0 {
+			t.Fatalf("MarkStarted = %v, %v", lost, err)
+		}
 		rec := &recorder{}
 		p := redrive.Pipeline{Name: "rescue", Stages: []redrive.Stage{{Name: "s", Policy: fast(3), Handle: func(_ context.Context, it *redrive.Item) ([]byte, error) {
 			return it.Payload, nil
@@ -447,10 +456,20 @@ func TestRescuerRecordsLostAttemptAndRetries(t *testing.T) {
 		if r.Counts.Succeeded != 3 {
 			t.Fatalf("%+v", r.Counts)
 		}
-		for _, g := range ghost {
+		for i, g := range ghost {
 			atts, _ := s.Attempts(ctx, g.Item.ID)
+			it, _ := s.GetItem(ctx, g.Item.ID)
+			if i == 2 {
+				if len(atts) != 1 || atts[0].Outcome != redrive.OutcomeSucceeded || atts[0].Number != 1 || it.LeaseLosses != 1 {
+					t.Fatalf("unstarted lease: history %+v, lease losses %d; want one success as attempt 1 and one loss", atts, it.LeaseLosses)
+				}
+				continue
+			}
 			if len(atts) != 2 || atts[0].Outcome != redrive.OutcomeLost || atts[0].Class != redrive.ClassLost || atts[1].Number != 2 {
 				t.Fatalf("history %+v, want a lost attempt then success as attempt 2", atts)
+			}
+			if !atts[0].StartedAt.Equal(began) || it.LeaseLosses != 0 {
+				t.Fatalf("lost attempt started %v, want its recorded start %v; lease losses %d", atts[0].StartedAt, began, it.LeaseLosses)
 			}
 			// The vanished worker comes back: its result must not apply.
 			applied, err := s.Complete(ctx, []redrive.Completion{{ItemID: g.Item.ID, Token: g.Token, State: redrive.StateDead, Now: time.Now(),
@@ -459,8 +478,19 @@ func TestRescuerRecordsLostAttemptAndRetries(t *testing.T) {
 				t.Fatalf("stale completion applied=%v err=%v", applied, err)
 			}
 		}
-		if n := rec.count(func(e redrive.Event) bool { _, ok := e.(redrive.Rescued); return ok }); n != 3 {
-			t.Fatalf("%d Rescued events, want 3", n)
+		var started, unstarted int
+		rec.count(func(e redrive.Event) bool {
+			if r, ok := e.(redrive.Rescued); ok {
+				if r.Started {
+					started++
+				} else {
+					unstarted++
+				}
+			}
+			return false
+		})
+		if started != 2 || unstarted != 1 {
+			t.Fatalf("Rescued events: %d started, %d unstarted; want 2 and 1", started, unstarted)
 		}
 	})
 }

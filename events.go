@@ -72,6 +72,10 @@ type Rescued struct {
 	Stage    string
 	RunID    int64
 	ItemID   int64
+	// Started reports that the lease's attempt had been recorded as
+	// started: the rescuer charged it as a lost attempt. Otherwise the item
+	// went back to pending without an attempt (Item.LeaseLosses).
+	Started bool
 }
 
 // RunFinished is sent when a run reaches a final status.

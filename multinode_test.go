@@ -88,8 +88,8 @@ func TestMultiProcessPostgres(t *testing.T) {
 	if r.Status != redrive.RunCompleted || r.Counts.Succeeded != n {
 		t.Fatalf("run %s %+v", r.Status, r.Counts)
 	}
-	lost, repeated := verifyLedger(t, s, run.ID, n, ledger)
-	t.Logf("%d kills: %d lost attempts rescued, %d stage executions repeated after a crash", kills, lost, repeated)
+	lost, repeated, losses := verifyLedger(t, s, run.ID, n, ledger)
+	t.Logf("%d kills: %d lost attempts rescued, %d leases returned unstarted, %d stage executions repeated after a crash", kills, lost, losses, repeated)
 	if kills < 3 {
 		t.Fatalf("only %d kills landed before the run finished: the test proved too little", kills)
 	}

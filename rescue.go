@@ -16,8 +16,10 @@ func (e *engine) rescueLoop() {
 	}
 }
 
-// rescue takes over items whose lease expired, records a lost attempt and
-// schedules a retry or dead-letters them.
+// rescue takes over items whose lease expired. A lease whose attempt was
+// recorded as started gets a lost attempt, from its recorded start, and a
+// retry or the dead-letter queue; the others go back to pending without an
+// attempt (startmark.go).
 func (e *engine) rescue() int {
 	now := e.cfg.Now()
 	leases, err := e.store.ClaimExpired(e.bgCtx, ClaimRequest{Owner: e.cfg.Owner, Pipelines: e.names, Limit: rescueBatch,
@@ -32,7 +34,7 @@ func (e *engine) rescue() int {
 		return 0
 	}
 	batch := make([]*task, 0, len(leases))
-	lost := 0
+	lost, unstarted := 0, 0
 	e.mu.Lock()
 	for _, l := range leases {
 		t := &task{lease: l, stage: -1}
@@ -45,20 +47,26 @@ func (e *engine) rescue() int {
 				pol = p.Stages[t.stage].Policy
 			}
 		}
-		started := l.Item.LeaseExpiresAt.Add(-e.cfg.LeaseDuration)
-		if started.After(now) || started.IsZero() {
-			started = now
-		}
 		lost += e.trackLocked(t)
-		e.mu.Unlock()
-		e.decide(t, pol, nil, errLost, retry.Outcome{Class: retry.ClassRetryable}, started, now)
-		t.events = append(t.events, Rescued{Pipeline: l.Item.Pipeline, Stage: l.Item.Stage, RunID: l.Item.RunID, ItemID: l.Item.ID})
-		e.mu.Lock()
+		started := l.Item.AttemptStartedAt
+		ev := Rescued{Pipeline: l.Item.Pipeline, Stage: l.Item.Stage, RunID: l.Item.RunID, ItemID: l.Item.ID, Started: !started.IsZero()}
+		if started.IsZero() {
+			t.release, t.unstarted = true, true
+			unstarted++
+		} else {
+			if started.After(now) {
+				started = now // a clock ahead of this one
+			}
+			e.mu.Unlock()
+			e.decide(t, pol, nil, errLost, retry.Outcome{Class: retry.ClassRetryable}, started, now)
+			e.mu.Lock()
+		}
+		t.events = append(t.events, ev)
 		batch = append(batch, t)
 	}
 	e.mu.Unlock()
 	e.reportLost(lost, "rescue")
-	e.log.Info("redrive: rescued items whose lease expired", "items", len(batch))
+	e.log.Info("redrive: rescued items whose lease expired", "items", len(batch), "not_started", unstarted)
 	e.flush(batch)
 	return len(leases)
 }

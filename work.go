@@ -11,6 +11,8 @@ import (
 func (e *engine) workLoop() {
 	defer e.workers.Done()
 	for t := range e.work {
+		e.busy.Add(1)
+		e.unstarted.Add(-1)
 		if e.claimCtx.Err() != nil {
 			// Stopping: items not started go back at once.
 			t.release = true
@@ -18,6 +20,9 @@ func (e *engine) workLoop() {
 			e.attempt(t)
 		}
 		e.completions <- t
+		// A free worker may want an item: the claimer decides.
+		e.busy.Add(-1)
+		e.wake()
 	}
 }
 
@@ -64,10 +69,18 @@ func (e *engine) attempt(t *task) {
 	if st.Timeout > 0 {
 		ctx, cancel = context.WithTimeout(e.layerCtx, st.Timeout)
 	}
+	start := e.cfg.Now()
 	e.mu.Lock()
 	t.cancel = cancel
+	t.startedAt = start
 	lost := t.lost
 	e.mu.Unlock()
+	if !lost && it.LeaseLosses > 0 {
+		// The item lost a lease before without a recorded start: its
+		// handler may be what kills its process, so its start is recorded
+		// before it runs, and another loss is charged (startmark.go).
+		lost = !e.markNow(t, start)
+	}
 	if lost {
 		// Taken over while it waited for a worker.
 		cancel()
@@ -78,7 +91,7 @@ func (e *engine) attempt(t *task) {
 		t.release = true
 		return
 	}
-	start := e.cfg.Now()
+	e.starts.Add(1)
 	out, err := call(ctx, st.Handle, it)
 	end := e.cfg.Now()
 	cancel()
