@@ -212,10 +212,14 @@ type RunOptions struct {
 	// run is partial_success rather than failed. Default 0.50.
 	PartialThreshold float64 `json:"partial_threshold,omitempty"`
 	// FailureBudget is the dead rate above which the run aborts and its
-	// pending items are canceled. Default 0: no budget.
+	// pending items are canceled: as soon as the run's dead items are more
+	// than FailureBudget of its total, or, once MinItems have finished, as
+	// soon as the finished items show with 99.9 % confidence that the dead
+	// rate is above it (see BudgetExceeded). Default 0: no budget.
 	FailureBudget float64 `json:"failure_budget,omitempty"`
 	// MinItems is how many items must have finished before the failure
-	// budget is judged. Default: 50, or the run's total when smaller.
+	// budget is judged on the finished items' dead rate. Default: 50, or
+	// the run's total when smaller.
 	MinItems int `json:"min_items,omitempty"`
 	// Source says where the run's items came from (the runner records its
 	// input file's path), for operators. Default: none.
