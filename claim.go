@@ -108,6 +108,7 @@ func (e *engine) claimLoop() {
 		t.Stop()
 	}
 }
+
 // claim claims up to limit items, honouring breakers and stage
 // concurrency, and hands them to the workers.
 func (e *engine) claim(limit int) (int, error) {

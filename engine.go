@@ -82,8 +82,8 @@ type task struct {
 	// unstarted marks a release of a lease that expired before its
 	// attempt was recorded as started: it counts a lease loss.
 	unstarted bool
-	probe    bool // a half-open breaker's probe: its failure is the dependency's
-	events   []Event
+	probe     bool // a half-open breaker's probe: its failure is the dependency's
+	events    []Event
 	// Flow control (flow.go): the stage's flow, the permit the call started
 	// with, and whether a rate-limited result was the whole stage's.
 	flow         *flow
