@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if db := os.Getenv(crashChildEnv); db != "" {
 		os.Exit(crashChild(db, os.Getenv("REDRIVE_CRASH_LEDGER")))
 	}
+	if spec := os.Getenv(leaseChildEnv); spec != "" {
+		os.Exit(leaseChild(spec))
+	}
 	if spec := os.Getenv(flowChildEnv); spec != "" {
 		os.Exit(flowChild(spec))
 	}
