@@ -3,11 +3,27 @@
 # starts the flaky model endpoint on a free loopback port, generates 3000
 # items (a few deliberately malformed) and runs the pipeline over them with a
 # fresh SQLite database. Needs only Go. Usage: ./examples/llm-batch/run.sh
+#
+# Everything a run makes stays in examples/llm-batch/last-run/ (or $OUT) until
+# the next run replaces it: the database (redrive.db), so that the commands the
+# run prints work after it ends, the input, the output, flakyapi's log, and the
+# binaries in last-run/bin (put redrive on PATH with
+# `export PATH="$PWD/examples/llm-batch/last-run/bin:$PATH"`, or install it
+# with `go install ./cmd/redrive`).
 set -eu
 
 here=$(cd "$(dirname "$0")" && pwd)
 root=$(cd "$here/../.." && pwd)
-work=$(mktemp -d "${TMPDIR:-/tmp}/llm-batch.XXXXXX")
+work=${OUT:-$here/last-run}
+# Replace only a directory this script made (it leaves a marker file).
+if [ -e "$work" ] && [ ! -e "$work/.llm-batch-run" ] && [ -n "$(ls -A "$work" 2>/dev/null)" ]; then
+	echo "$work is not empty and was not made by this script; set OUT to another directory" >&2
+	exit 1
+fi
+rm -rf "$work"
+mkdir -p "$work"
+touch "$work/.llm-batch-run"
+work=$(cd "$work" && pwd)
 bin="$work/bin"
 api_pid=""
 
@@ -16,7 +32,6 @@ cleanup() {
 		kill "$api_pid" 2>/dev/null || true
 		wait "$api_pid" 2>/dev/null || true
 	fi
-	if [ -z "${KEEP:-}" ]; then rm -rf "$work"; else echo "kept $work"; fi
 }
 trap cleanup EXIT
 trap 'exit 130' INT TERM
@@ -62,4 +77,6 @@ echo "== flakyapi answered: $(curl -fsS "$FLAKY_URL/stats" 2>/dev/null || echo '
 echo "== first lines of the output ($work/out.jsonl):"
 head -n 3 "$work/out.jsonl" 2>/dev/null || true
 echo "== redrive run exited with status $status (0 completed, 3 partial_success, 4 failed, 5 aborted)"
+echo "== the database stays at $work/redrive.db until the next run; for the commands above:"
+echo "   export PATH=\"$bin:\$PATH\""
 exit "$status"
