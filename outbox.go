@@ -20,6 +20,15 @@ const (
 	EventRunFinished = "run.finished"
 )
 
+// MaxNotificationOutput is the largest output, in bytes, that an
+// item.succeeded notification carries: migration 0021's triggers copy an
+// output of at most this size into the outbox row, in the transaction that
+// finished the item, and leave a larger one out (Notification.OutputOmitted;
+// the body then names the item's URL, where the API returns it). 64 KiB
+// keeps a notification, base64 included, well under the 1 MiB that
+// receivers commonly accept. Changing it takes a migration.
+const MaxNotificationOutput = 64 << 10
+
 // DefaultEvents are the events a webhook announces when it names none.
 var DefaultEvents = []string{EventItemDead, EventRunFinished}
 
@@ -65,6 +74,18 @@ type Notification struct {
 	// there rather than to the pipeline's webhook; empty for webhook
 	// notifications.
 	Callback string `json:"callback,omitempty"`
+	// Output is the output of the item of an item.succeeded notification,
+	// copied when the item succeeded, if at most MaxNotificationOutput
+	// bytes; never nil then, even when empty. Nil for other events, for a
+	// larger output (OutputOmitted) and for notifications written before
+	// migration 0021. Lists leave it out; deliveries send it.
+	Output []byte `json:"-"`
+	// OutputSize is the size in bytes of that output, whether carried or
+	// left out. Zero when there is none.
+	OutputSize int `json:"output_size,omitempty"`
+	// OutputOmitted reports an item.succeeded output larger than
+	// MaxNotificationOutput, left out of the notification.
+	OutputOmitted bool `json:"output_omitted,omitempty"`
 	// Run fields: zero for item events.
 	RunStatus  RunStatus `json:"run_status,omitempty"`
 	RunReason  string    `json:"run_reason,omitempty"`

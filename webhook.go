@@ -11,6 +11,8 @@ import (
 	"net/http"
 	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -25,8 +27,14 @@ type Webhook struct {
 	// URL receives a POST per notification. Required: http or https.
 	URL string
 	// Secret keys the HMAC-SHA256 signature of every request. Required. It
-	// is never logged: Webhook's LogValue leaves it out.
+	// is never logged: Webhook's LogValue leaves it out. With
+	// FormatStandard it must be "whsec_" and the base64 of a key of at
+	// least MinStandardKeyBytes bytes.
 	Secret []byte
+	// Format is how requests are signed: FormatRedrive (Redrive-Signature)
+	// or FormatStandard (Standard Webhooks' headers, and Redrive-Signature
+	// beside them). Default "": FormatRedrive.
+	Format WebhookFormat
 	// Events are the events announced; nil means DefaultEvents
 	// (item.dead and run.finished). item.succeeded is opt-in.
 	Events []string
@@ -69,6 +77,15 @@ func (w Webhook) Validate() error {
 	if len(w.Secret) == 0 {
 		return fmt.Errorf("redrive: webhook of pipeline %q: secret is required", w.Pipeline)
 	}
+	switch w.Format {
+	case "", FormatRedrive:
+	case FormatStandard:
+		if _, err := standardKey(w.Secret); err != nil {
+			return fmt.Errorf("redrive: webhook of pipeline %q: secret: %w", w.Pipeline, err)
+		}
+	default:
+		return fmt.Errorf("redrive: webhook of pipeline %q: unknown format %q (want redrive or standard)", w.Pipeline, w.Format)
+	}
 	for _, e := range w.Events {
 		if !ValidEvent(e) {
 			return fmt.Errorf("redrive: webhook of pipeline %q: unknown event %q (want item.dead, item.succeeded, item.canceled or run.finished)", w.Pipeline, e)
@@ -109,6 +126,12 @@ type DelivererConfig struct {
 	// CallbackPipelines. It is never logged. Default none: a callback
 	// with no secret to sign it is dead at once, with that reason.
 	CallbackSecret []byte
+	// APIURL is the base URL of the HTTP API that receivers read items
+	// from, such as "https://redrive.example.com". An item.succeeded
+	// notification whose output is left out (larger than
+	// MaxNotificationOutput) names the item's URL, APIURL followed by
+	// /api/v1/items/{id}. Default "": the URL is that path alone.
+	APIURL string
 	// Owner names this deliverer in the outbox's leases. Default
 	// "deliverer".
 	Owner string
@@ -170,6 +193,13 @@ func NewDeliverer(store Outbox, cfg DelivererConfig) (*Deliverer, error) {
 			return nil, fmt.Errorf("redrive: pipeline %q has two webhooks", w.Pipeline)
 		}
 		hooks[w.Pipeline] = w
+	}
+	if cfg.APIURL != "" {
+		u, err := url.Parse(cfg.APIURL)
+		if err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+			return nil, fmt.Errorf("redrive: deliverer: APIURL %q must be an absolute http or https URL", cfg.APIURL)
+		}
+		cfg.APIURL = strings.TrimRight(cfg.APIURL, "/")
 	}
 	if cfg.Owner == "" {
 		cfg.Owner = "deliverer"
@@ -317,7 +347,7 @@ func (d *Deliverer) deliver(ctx context.Context, n Notification) DeliveryResult 
 	res := DeliveryResult{ID: n.ID, Token: n.Token, Attempts: n.Attempts, RateLimitWaits: n.RateLimitWaits}
 	var body []byte
 	if err == nil {
-		body, err = NotificationBody(n)
+		body, err = notificationBody(n, d.cfg.APIURL)
 	}
 	if err == nil {
 		var resp *http.Response
@@ -413,7 +443,20 @@ func (d *Deliverer) post(ctx context.Context, w Webhook, n Notification, body []
 	req.Header.Set("User-Agent", "redrive-webhook")
 	req.Header.Set(HeaderDelivery, n.DeliveryID)
 	req.Header.Set(HeaderEvent, n.Event)
-	req.Header.Set(HeaderSignature, Sign(w.Secret, d.cfg.Now(), body))
+	now := d.cfg.Now()
+	req.Header.Set(HeaderSignature, Sign(w.Secret, now, body))
+	if w.Format == FormatStandard {
+		sig, err := SignStandard(w.Secret, n.DeliveryID, now, body)
+		if err != nil {
+			return nil, err // Validate checked the secret: not reached
+		}
+		// Set directly: the spec's lower-case names, as its libraries
+		// show them, rather than Go's canonical form (HTTP/1.1 header
+		// names are case-insensitive either way).
+		req.Header[HeaderWebhookID] = []string{n.DeliveryID}
+		req.Header[HeaderWebhookTimestamp] = []string{strconv.FormatInt(now.Unix(), 10)}
+		req.Header[HeaderWebhookSignature] = []string{sig}
+	}
 	client := d.cfg.HTTPClient
 	if n.Callback != "" {
 		client = d.callbacks
@@ -448,6 +491,22 @@ type WebhookItem struct {
 	Key    string  `json:"key,omitempty"`
 	Stage  string  `json:"stage"`
 	Reason *Reason `json:"reason,omitempty"`
+	// Output is the item's output, in item.succeeded notifications, as
+	// OutputEncoding says: the JSON value itself, or base64 for bytes
+	// that are not JSON (EncodeBytes). Absent when the output is larger
+	// than MaxNotificationOutput (OutputOmitted).
+	Output json.RawMessage `json:"output,omitempty"`
+	// OutputEncoding is EncodingJSON or EncodingBase64 when Output is set.
+	OutputEncoding string `json:"output_encoding,omitempty"`
+	// OutputSize is the output's size in bytes, carried or not.
+	OutputSize int `json:"output_size,omitempty"`
+	// OutputOmitted reports an output left out for its size; URL then
+	// says where the API returns it.
+	OutputOmitted bool `json:"output_omitted,omitempty"`
+	// URL is the item in the HTTP API (GET returns its output), when its
+	// output was left out: DelivererConfig.APIURL followed by
+	// /api/v1/items/{id}.
+	URL string `json:"url,omitempty"`
 }
 
 // WebhookRun is the run a run.finished event is about.
@@ -457,14 +516,28 @@ type WebhookRun struct {
 	Reason string    `json:"reason,omitempty"`
 }
 
-// NotificationBody returns the JSON body that announces n. It depends on n
+// NotificationBody returns the JSON body that announces n, with item URLs
+// as paths (a Deliverer prefixes them with its APIURL). It depends on n
 // alone, so every delivery of a notification sends the same body.
 func NotificationBody(n Notification) ([]byte, error) {
+	return notificationBody(n, "")
+}
+
+func notificationBody(n Notification, apiURL string) ([]byte, error) {
 	b := WebhookBody{ID: n.DeliveryID, Event: n.Event, OccurredAt: n.OccurredAt, Pipeline: n.Pipeline, RunID: n.RunID}
 	if n.Event == EventRunFinished {
 		b.Run = &WebhookRun{ID: n.RunID, Status: n.RunStatus, Reason: n.RunReason}
 	} else {
-		b.Item = &WebhookItem{ID: n.ItemID, Key: n.ItemKey, Stage: n.Stage, Reason: n.Reason}
+		it := &WebhookItem{ID: n.ItemID, Key: n.ItemKey, Stage: n.Stage, Reason: n.Reason}
+		switch {
+		case n.Output != nil:
+			it.Output, it.OutputEncoding = EncodeBytes(n.Output)
+			it.OutputSize = len(n.Output)
+		case n.OutputOmitted:
+			it.OutputOmitted, it.OutputSize = true, n.OutputSize
+			it.URL = apiURL + "/api/v1/items/" + strconv.FormatInt(n.ItemID, 10)
+		}
+		b.Item = it
 	}
 	return json.Marshal(b)
 }

@@ -44,7 +44,7 @@ func (s *Store) Subscribe(ctx context.Context, pipeline string, events []string,
 
 const outboxColumns = `id, delivery_id, event, pipeline, run_id, item_id, item_key, stage, reason_class,
 	reason_error, reason_attempts, run_status, run_reason, occurred_at, status, attempts, rate_limit_waits,
-	next_at, lease_token, last_error, updated_at, callback`
+	next_at, lease_token, last_error, updated_at, callback, output, output_size`
 
 func scanNotification(row pgx.Row) (redrive.Notification, error) {
 	var (
@@ -54,12 +54,18 @@ func scanNotification(row pgx.Row) (redrive.Notification, error) {
 		key, stage, rClass, rError, runStatus, runRs *string
 		status                                       string
 		callback                                     *string
+		output                                       []byte
+		outputSize                                   *int32
 	)
 	err := row.Scan(&n.ID, &n.DeliveryID, &n.Event, &n.Pipeline, &n.RunID, &itemID, &key, &stage, &rClass,
 		&rError, &rAttempts, &runStatus, &runRs, &n.OccurredAt, &status, &n.Attempts, &n.RateLimitWaits,
-		&n.NextAt, &n.Token, &n.LastError, &n.UpdatedAt, &callback)
+		&n.NextAt, &n.Token, &n.LastError, &n.UpdatedAt, &callback, &output, &outputSize)
 	if err != nil {
 		return n, err
+	}
+	if outputSize != nil {
+		n.OutputSize = int(*outputSize)
+		n.Output, n.OutputOmitted = notificationOutput(output, n.OutputSize)
 	}
 	if itemID != nil {
 		n.ItemID = *itemID
@@ -272,4 +278,17 @@ func (s *Store) DeleteDelivered(ctx context.Context, before time.Time, limit int
 		return 0, s.fail("delete delivered notifications", err)
 	}
 	return int(tag.RowsAffected()), nil
+}
+
+// notificationOutput reads the output columns of an item.succeeded row:
+// output NULL with a size is an output left out, unless the size is 0
+// (an empty output).
+func notificationOutput(output []byte, size int) ([]byte, bool) {
+	if output == nil && size > 0 {
+		return nil, true
+	}
+	if output == nil {
+		output = []byte{}
+	}
+	return output, false
 }

@@ -39,7 +39,7 @@ func (s *Store) Subscribe(ctx context.Context, pipeline string, events []string,
 
 const outboxColumns = `id, delivery_id, event, pipeline, run_id, item_id, item_key, stage, reason_class,
 	reason_error, reason_attempts, run_status, run_reason, occurred_at, status, attempts, rate_limit_waits,
-	next_at, lease_token, last_error, updated_at, callback`
+	next_at, lease_token, last_error, updated_at, callback, output, output_size`
 
 func scanNotification(sc interface{ Scan(...any) error }) (redrive.Notification, error) {
 	var (
@@ -49,12 +49,18 @@ func scanNotification(sc interface{ Scan(...any) error }) (redrive.Notification,
 		occurred, next, updated                        int64
 		status                                         string
 		callback                                       sql.NullString
+		output                                         []byte
+		outputSize                                     sql.NullInt64
 	)
 	err := sc.Scan(&n.ID, &n.DeliveryID, &n.Event, &n.Pipeline, &n.RunID, &itemID, &key, &stage, &rClass,
 		&rError, &rAttempts, &runStatus, &runReas, &occurred, &status, &n.Attempts, &n.RateLimitWaits,
-		&next, &n.Token, &n.LastError, &updated, &callback)
+		&next, &n.Token, &n.LastError, &updated, &callback, &output, &outputSize)
 	if err != nil {
 		return n, err
+	}
+	if outputSize.Valid {
+		n.OutputSize = int(outputSize.Int64)
+		n.Output, n.OutputOmitted = notificationOutput(output, n.OutputSize)
 	}
 	n.ItemID, n.ItemKey, n.Stage, n.Callback = itemID.Int64, key.String, stage.String, callback.String
 	n.RunStatus, n.RunReason = redrive.RunStatus(runStatus.String), runReas.String
@@ -270,4 +276,17 @@ func (s *Store) DeleteDelivered(ctx context.Context, before time.Time, limit int
 		return err
 	})
 	return int(n), err
+}
+
+// notificationOutput reads the output columns of an item.succeeded row:
+// output NULL with a size is an output left out, unless the size is 0
+// (an empty output, which a driver may scan as nil).
+func notificationOutput(output []byte, size int) ([]byte, bool) {
+	if output == nil && size > 0 {
+		return nil, true
+	}
+	if output == nil {
+		output = []byte{}
+	}
+	return output, false
 }

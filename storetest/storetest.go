@@ -104,6 +104,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"PauseStages", testPauseStages},
 		{"Timeline", testTimeline}, {"LeaseLoads", testLeaseLoads}, {"PauseReason", testPauseReason},
 		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery}, {"OutboxCallbacks", testOutboxCallbacks},
+		{"OutboxOutput", testOutboxOutput},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
