@@ -3,6 +3,7 @@ package redrive
 import (
 	"encoding/base64"
 	"encoding/json"
+	"fmt"
 	"unicode/utf8"
 )
 
@@ -30,4 +31,79 @@ func EncodeBytes(b []byte) (json.RawMessage, string) {
 	}
 	s, _ := json.Marshal(base64.StdEncoding.EncodeToString(b)) // a string always marshals
 	return s, EncodingBase64
+}
+
+// DecodeBytes is the inverse of EncodeBytes: it returns the bytes that
+// value, encoded as encoding says, stands for. An empty encoding is read
+// as EncodingBase64, which is how items were written before encodings were
+// named, so that JSON from older versions still reads. A missing or null
+// value is nil.
+func DecodeBytes(value json.RawMessage, encoding string) ([]byte, error) {
+	if len(value) == 0 || string(value) == "null" {
+		return nil, nil
+	}
+	switch encoding {
+	case EncodingJSON:
+		return append([]byte(nil), value...), nil
+	case EncodingBase64, "":
+		var s string
+		if err := json.Unmarshal(value, &s); err != nil {
+			return nil, fmt.Errorf("redrive: a base64 value must be a JSON string: %w", err)
+		}
+		b, err := base64.StdEncoding.DecodeString(s)
+		if err != nil {
+			return nil, fmt.Errorf("redrive: invalid base64: %w", err)
+		}
+		return b, nil
+	}
+	return nil, fmt.Errorf("redrive: unknown encoding %q (want json or base64)", encoding)
+}
+
+// itemBytesJSON is Item's JSON shape: Item's fields, with its payload and
+// input as EncodeBytes shows them and their encodings beside them.
+type itemBytesJSON struct {
+	itemFields
+	Payload         json.RawMessage `json:"payload,omitempty"`
+	PayloadEncoding string          `json:"payload_encoding,omitempty"`
+	Input           json.RawMessage `json:"input,omitempty"`
+	InputEncoding   string          `json:"input_encoding,omitempty"`
+}
+
+// itemFields is Item without its methods, so that marshaling it does not
+// recurse; its Payload and Input are shadowed by itemBytesJSON's.
+type itemFields Item
+
+// MarshalJSON shows the item with its payload and input in the encoding of
+// EncodeBytes: the JSON value itself when the bytes are JSON, else a base64
+// string, with "payload_encoding" and "input_encoding" naming which. Nil
+// bytes are left out.
+func (it Item) MarshalJSON() ([]byte, error) {
+	v := itemBytesJSON{itemFields: itemFields(it)}
+	if it.Payload != nil {
+		v.Payload, v.PayloadEncoding = EncodeBytes(it.Payload)
+	}
+	if it.Input != nil {
+		v.Input, v.InputEncoding = EncodeBytes(it.Input)
+	}
+	return json.Marshal(v)
+}
+
+// UnmarshalJSON reads what MarshalJSON writes, and the JSON of older
+// versions, whose payload and input were base64 strings without an
+// encoding beside them.
+func (it *Item) UnmarshalJSON(b []byte) error {
+	var v itemBytesJSON
+	if err := json.Unmarshal(b, &v); err != nil {
+		return err
+	}
+	out := Item(v.itemFields)
+	var err error
+	if out.Payload, err = DecodeBytes(v.Payload, v.PayloadEncoding); err != nil {
+		return fmt.Errorf("payload: %w", err)
+	}
+	if out.Input, err = DecodeBytes(v.Input, v.InputEncoding); err != nil {
+		return fmt.Errorf("input: %w", err)
+	}
+	*it = out
+	return nil
 }

@@ -299,11 +299,17 @@ type runDetail struct {
 	TopErrors      []redrive.ErrorCount      `json:"top_errors"`
 }
 
-// GET /api/v1/runs/{id}
+// GET /api/v1/runs/{id}?wait=: with wait, a running run is answered when
+// it finishes, or when the wait (at most MaxWait) ends, as it then is.
 func (s *server) getRun(w http.ResponseWriter, r *http.Request) {
 	id, err := pathID(r)
+	var wait time.Duration
 	if err == nil {
-		err = newQuery(r).err
+		q := newQuery(r, "wait")
+		wait, err = parseWait(q.str("wait"), s.opts.MaxWait)
+		if q.err != nil {
+			err = q.err
+		}
 	}
 	if err != nil {
 		writeBad(w, err)
@@ -311,6 +317,9 @@ func (s *server) getRun(w http.ResponseWriter, r *http.Request) {
 	}
 	ctx := r.Context()
 	run, err := s.store.GetRun(ctx, id)
+	if err == nil {
+		run, err = s.waitRun(r, run, wait)
+	}
 	if err != nil {
 		s.fail(w, r, "get run", err)
 		return
@@ -340,7 +349,7 @@ func nonNil[T any](s *[]T) {
 	}
 }
 
-var itemParams = []string{"run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "since", "until", "limit", "cursor"}
+var itemParams = []string{"run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "since", "until", "limit", "cursor", "include"}
 
 // itemFilter reads the item filter parameters shared by /items and /dlq.
 func (s *server) itemFilter(q *query) redrive.ItemFilter {
@@ -368,10 +377,11 @@ func (s *server) itemFilter(q *query) redrive.ItemFilter {
 	return f
 }
 
-// GET /api/v1/items
+// GET /api/v1/items?include=output,payload,input
 func (s *server) listItems(w http.ResponseWriter, r *http.Request) {
 	q := newQuery(r, itemParams...)
 	f := s.itemFilter(q)
+	inc := q.includes("output", "payload", "input")
 	if q.err != nil {
 		writeBad(w, q.err)
 		return
@@ -380,7 +390,7 @@ func (s *server) listItems(w http.ResponseWriter, r *http.Request) {
 		s.filterFail(w, r, "list items", f, err)
 		return
 	}
-	s.writeItems(w, r, f)
+	s.writeItems(w, r, f, inc)
 }
 
 // GET /api/v1/dlq: dead items (state=canceled, or state=dead,canceled,
@@ -389,6 +399,7 @@ func (s *server) listDLQ(w http.ResponseWriter, r *http.Request) {
 	q := newQuery(r, itemParams...)
 	f := s.itemFilter(q)
 	f.States = dlqStates(q, f.States)
+	inc := q.includes("payload", "input")
 	if q.err != nil {
 		writeBad(w, q.err)
 		return
@@ -397,7 +408,7 @@ func (s *server) listDLQ(w http.ResponseWriter, r *http.Request) {
 		s.filterFail(w, r, "list dead items", f, err)
 		return
 	}
-	s.writeItems(w, r, f)
+	s.writeItems(w, r, f, inc)
 }
 
 func dlqStates(q *query, states []redrive.State) []redrive.State {
@@ -412,14 +423,15 @@ func dlqStates(q *query, states []redrive.State) []redrive.State {
 	return states
 }
 
-// itemSummary is an item in a list: without its payload and input, which
+// itemSummary is an item without its payload and input, which
 // GET /api/v1/items/{id} returns.
 func itemSummary(it redrive.Item) redrive.Item {
 	it.Payload, it.Input = nil, nil
 	return it
 }
 
-func (s *server) writeItems(w http.ResponseWriter, r *http.Request, f redrive.ItemFilter) {
+// writeItems answers a page of items, with the parts inc asks for.
+func (s *server) writeItems(w http.ResponseWriter, r *http.Request, f redrive.ItemFilter, inc includes) {
 	limit := f.Limit
 	f.Limit = limit + 1
 	items, err := s.store.ListItems(r.Context(), f)
@@ -427,24 +439,26 @@ func (s *server) writeItems(w http.ResponseWriter, r *http.Request, f redrive.It
 		s.fail(w, r, "list items", err)
 		return
 	}
-	resp := listResponse[redrive.Item]{Data: make([]redrive.Item, 0, min(len(items), limit))}
+	resp := listResponse[itemView]{Data: make([]itemView, 0, min(len(items), limit))}
 	for i, it := range items {
 		if i == limit {
 			resp.NextCursor = encodeCursor(cursorItems, items[limit-1].ID)
 			break
 		}
-		resp.Data = append(resp.Data, itemSummary(it))
+		resp.Data = append(resp.Data, viewItem(it, inc))
 	}
 	writeJSON(w, http.StatusOK, resp)
 }
 
 // itemDetail is the response of GET /api/v1/items/{id}.
 type itemDetail struct {
+	// Item has its payload and input, each with its encoding.
 	Item redrive.Item `json:"item"`
-	// Output is a succeeded item's result (its last stage's output) when
-	// it is JSON; item.payload holds it in base64 either way.
-	Output   json.RawMessage   `json:"output,omitempty"`
-	Attempts []redrive.Attempt `json:"attempts"`
+	// Output is a succeeded item's result (its last stage's output), as
+	// OutputEncoding says; item.payload holds the same.
+	Output         json.RawMessage   `json:"output,omitempty"`
+	OutputEncoding string            `json:"output_encoding,omitempty"`
+	Attempts       []redrive.Attempt `json:"attempts"`
 	// Actions are the audit log's actions that changed the item (a
 	// redrive, a cancel, a retry now), oldest first.
 	Actions []redrive.AuditAction `json:"actions"`
@@ -478,8 +492,8 @@ func (s *server) getItem(w http.ResponseWriter, r *http.Request) {
 	nonNil(&atts)
 	nonNil(&acts)
 	d := itemDetail{Item: it, Attempts: atts, Actions: acts}
-	if it.State == redrive.StateSucceeded && json.Valid(it.Payload) {
-		d.Output = it.Payload
+	if it.State == redrive.StateSucceeded {
+		d.Output, d.OutputEncoding = redrive.EncodeBytes(it.Payload)
 	}
 	writeJSON(w, http.StatusOK, d)
 }

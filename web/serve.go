@@ -48,6 +48,9 @@ func Serve(ctx context.Context, addr string, h http.Handler) error {
 // ServeListener is Serve on a listener the caller opened (for example on
 // port 0 in tests). It closes ln.
 func ServeListener(ctx context.Context, ln net.Listener, h http.Handler) error {
+	// Requests that wait (GET /api/v1/runs/{id}?wait=) answer at once
+	// when the shutdown starts, rather than hold it up.
+	stopping := make(chan struct{})
 	srv := &http.Server{
 		Handler:           h,
 		ReadHeaderTimeout: ReadHeaderTimeout,
@@ -55,8 +58,11 @@ func ServeListener(ctx context.Context, ln net.Listener, h http.Handler) error {
 		WriteTimeout:      WriteTimeout,
 		IdleTimeout:       IdleTimeout,
 		MaxHeaderBytes:    MaxHeaderBytes,
-		BaseContext:       func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		BaseContext: func(net.Listener) context.Context {
+			return context.WithValue(context.WithoutCancel(ctx), shutdownKey{}, (<-chan struct{})(stopping))
+		},
 	}
+	srv.RegisterOnShutdown(func() { close(stopping) })
 	errc := make(chan error, 1)
 	go func() { errc <- srv.Serve(ln) }()
 	select {
@@ -74,4 +80,15 @@ func ServeListener(ctx context.Context, ln net.Listener, h http.Handler) error {
 		return fmt.Errorf("web: serve: %w", err)
 	}
 	return nil
+}
+
+// shutdownKey is the context key of the channel that closes when the
+// server starts shutting down.
+type shutdownKey struct{}
+
+// shuttingDown returns a channel closed when the server that received the
+// request starts its shutdown, or nil (never ready) outside ServeListener.
+func shuttingDown(ctx context.Context) <-chan struct{} {
+	c, _ := ctx.Value(shutdownKey{}).(<-chan struct{})
+	return c
 }

@@ -40,6 +40,10 @@ const (
 	DefaultPageSize = 50
 	// DefaultReadyTimeout bounds the readiness check.
 	DefaultReadyTimeout = 2 * time.Second
+	// DefaultMaxWait caps the wait of GET /api/v1/runs/{id}?wait=.
+	DefaultMaxWait = 60 * time.Second
+	// DefaultWaitPollInterval is how often a waiting request reads the run.
+	DefaultWaitPollInterval = 500 * time.Millisecond
 	// DefaultCancelReason is the reason recorded on items canceled by
 	// POST /api/v1/runs/{id}/cancel without a reason.
 	DefaultCancelReason = "canceled by an operator via the API"
@@ -78,6 +82,14 @@ type Options struct {
 	// DefaultPageSize is the limit of a list request that names none.
 	// Default 50 (at most MaxPageSize).
 	DefaultPageSize int
+	// MaxWait caps the wait of GET /api/v1/runs/{id}?wait=; longer waits
+	// are cut to it. Keep it under the server's WriteTimeout and any proxy's
+	// idle timeout. Default 60 s.
+	MaxWait time.Duration
+	// WaitPollInterval is how often a waiting request reads its run: one
+	// short query each time, no connection held in between. A run's end is
+	// answered at most this late. Default 500 ms.
+	WaitPollInterval time.Duration
 	// Metrics, when set, is mounted at GET /metrics (for example
 	// promhttp.HandlerFor(registry, promhttp.HandlerOpts{})).
 	// Default nil: no /metrics route.
@@ -115,6 +127,12 @@ func (o Options) withDefaults(store redrive.Store) Options {
 		o.DefaultPageSize = DefaultPageSize
 	}
 	o.DefaultPageSize = min(o.DefaultPageSize, o.MaxPageSize)
+	if o.MaxWait <= 0 {
+		o.MaxWait = DefaultMaxWait
+	}
+	if o.WaitPollInterval <= 0 {
+		o.WaitPollInterval = DefaultWaitPollInterval
+	}
 	if o.ReadyTimeout <= 0 {
 		o.ReadyTimeout = DefaultReadyTimeout
 	}
@@ -157,6 +175,7 @@ func (s *server) routes() []route {
 		{"GET /api/v1/runs", ScopeRead, s.listRuns},
 		{"POST /api/v1/runs", ScopeSubmit, s.createRun},
 		{"GET /api/v1/runs/{id}", ScopeRead, s.getRun},
+		{"GET /api/v1/runs/{id}/items.ndjson", ScopeRead, s.runItemsNDJSON},
 		{"POST /api/v1/runs/{id}/items", ScopeSubmit, s.addRunItems},
 		{"POST /api/v1/runs/{id}/cancel", ScopeAdmin, s.cancelRun},
 		{"GET /api/v1/pipelines", ScopeRead, s.listPipelines},

@@ -59,12 +59,14 @@ function pager(next, route, params) {
   return el("p", { class: "pager" }, prev, prev && nextLink ? " · " : null, nextLink);
 }
 
-function decode(b64) {
-  if (!b64) return "";
+// decode shows an item's bytes: a JSON value as JSON, base64 as its text.
+function decode(value, encoding) {
+  if (value === undefined || value === null) return "";
+  if (encoding === "json") return JSON.stringify(value, null, 2);
   try {
-    return new TextDecoder().decode(Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)));
+    return new TextDecoder().decode(Uint8Array.from(atob(value), (c) => c.charCodeAt(0)));
   } catch (e) {
-    return b64;
+    return String(value);
   }
 }
 
@@ -243,8 +245,8 @@ async function viewItem(id) {
     el("h2", {}, "Attempts and actions"),
     timeline.length ? el("ol", { class: "timeline", id: "timeline" }, timeline) : el("p", { class: "muted" },
       it.state === "pending" || it.state === "running" ? "No attempts yet." : "No attempts: it never ran."),
-    el("h2", {}, "Input"), el("pre", {}, decode(it.input)),
-    el("h2", {}, it.state === "succeeded" ? "Output" : "Current payload"), el("pre", {}, decode(it.payload)),
+    el("h2", {}, "Input"), el("pre", {}, decode(it.input, it.input_encoding)),
+    el("h2", {}, it.state === "succeeded" ? "Output" : "Current payload"), el("pre", {}, decode(it.payload, it.payload_encoding)),
   ];
 }
 
