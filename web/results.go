@@ -128,7 +128,7 @@ func (s *server) streamItems(w http.ResponseWriter, r *http.Request, f redrive.I
 		if err := bw.Flush(); err != nil {
 			return n, err
 		}
-		_ = rc.Flush()                                          // not every writer flushes; the buffer did
+		_ = rc.Flush()                                        // not every writer flushes; the buffer did
 		_ = rc.SetWriteDeadline(time.Now().Add(WriteTimeout)) // ErrNotSupported outside a real server
 		if len(items) < f.Limit || (total > 0 && n >= total) {
 			return n, nil
