@@ -3,6 +3,7 @@ package runner
 import (
 	"net/url"
 	"strings"
+	"time"
 
 	"github.com/redrive/redrive"
 )
@@ -24,6 +25,12 @@ type WebhookSpec struct {
 	// Retry schedules the retries of a failed delivery. Default (no retry
 	// key): redrive.DefaultWebhookPolicy, 10 attempts from 1s up to 5m.
 	Retry RetrySpec `yaml:"retry"`
+	// Format is how requests are signed: "redrive" (the Redrive-Signature
+	// header) or "standard" (Standard Webhooks' webhook-id,
+	// webhook-timestamp and webhook-signature headers, verified by the
+	// standardwebhooks libraries; the secret must then be whsec_<base64>).
+	// Default "redrive".
+	Format string `yaml:"format"`
 
 	// Pos is where the mapping starts in the file (set by Parse).
 	Pos Pos `yaml:"-"`
@@ -48,6 +55,11 @@ func (w *WebhookSpec) validate() error {
 			return at(pos("events"), "webhook event %q: want item.dead, item.succeeded, item.canceled or run.finished", e)
 		}
 	}
+	switch redrive.WebhookFormat(w.Format) {
+	case "", redrive.FormatRedrive, redrive.FormatStandard:
+	default:
+		return at(pos("format"), "webhook format %q: want redrive or standard", w.Format)
+	}
 	if _, ok := w.Keys["retry"]; ok {
 		if _, err := w.Retry.policy(); err != nil {
 			return err
@@ -71,9 +83,16 @@ func (s *Spec) WebhookConfig() (*redrive.Webhook, error) {
 			return nil, specError(s.File, err)
 		}
 	}
-	hook := &redrive.Webhook{Pipeline: s.Name, URL: expandEnv(w.URL), Secret: []byte(expandEnv(w.Secret)), Events: w.Events}
+	hook := &redrive.Webhook{Pipeline: s.Name, URL: expandEnv(w.URL), Secret: []byte(expandEnv(w.Secret)), Events: w.Events,
+		Format: redrive.WebhookFormat(w.Format)}
 	if len(hook.Secret) == 0 {
 		return nil, specError(s.File, at(pos("secret"), "webhook secret %s is empty in the environment", w.Secret))
+	}
+	if hook.Format == redrive.FormatStandard {
+		if _, err := redrive.SignStandard(hook.Secret, "", time.Time{}, nil); err != nil {
+			// The value is a secret: the message names the variable only.
+			return nil, specError(s.File, at(pos("secret"), "webhook secret %s: %v", w.Secret, err))
+		}
 	}
 	if u, err := url.Parse(hook.URL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
 		return nil, specError(s.File, at(pos("url"), "webhook url must be an absolute http or https URL"))

@@ -70,3 +70,42 @@ func TestWebhookErrors(t *testing.T) {
 		t.Errorf("empty secret: %v", err)
 	}
 }
+
+// TestWebhookFormat reads format: standard, and refuses an unknown format
+// and a standard secret that is not whsec_<base64>, naming the line and
+// never the secret.
+func TestWebhookFormat(t *testing.T) {
+	t.Setenv("HOOK_URL", "http://127.0.0.1:9999")
+	const key = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw"
+	file := strings.Replace(hookFile, "  retry:", "  format: standard\n  retry:", 1)
+	t.Setenv("HOOK_SECRET", key)
+	s, err := Parse("reports.yaml", []byte(file))
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := s.WebhookConfig()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w.Format != redrive.FormatStandard || string(w.Secret) != key {
+		t.Errorf("webhook = %+v", w)
+	}
+
+	t.Setenv("HOOK_SECRET", "plain-secret-value")
+	s, _ = Parse("reports.yaml", []byte(file))
+	_, err = s.WebhookConfig()
+	if err == nil || !strings.Contains(err.Error(), `reports.yaml:7:11: webhook secret ${HOOK_SECRET}: a standard webhook secret must be "whsec_"`) ||
+		strings.Contains(err.Error(), "plain-secret-value") {
+		t.Errorf("secret without whsec_: %v", err)
+	}
+	t.Setenv("HOOK_SECRET", "whsec_c2hvcnQ=") // 5 bytes
+	s, _ = Parse("reports.yaml", []byte(file))
+	if _, err := s.WebhookConfig(); err == nil || !strings.Contains(err.Error(), "at least 24 random bytes") {
+		t.Errorf("short key: %v", err)
+	}
+
+	_, err = Parse("reports.yaml", []byte(strings.Replace(file, "format: standard", "format: svix", 1)))
+	if err == nil || !strings.Contains(err.Error(), `reports.yaml:9:11: webhook format "svix": want redrive or standard`) {
+		t.Errorf("unknown format: %v", err)
+	}
+}

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"net/url"
 	"os"
 	"strings"
 	"time"
@@ -41,6 +42,7 @@ func newServeCmd() *cobra.Command {
 		lease           time.Duration
 		callbackFile    string
 		callbackPrivate bool
+		publicURL       string
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -97,6 +99,7 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 	cmd.Flags().IntVar(&workers, "workers", 0, "attempts running at once for --pipeline workers (default: the largest workers: of the files, else 16)")
 	cmd.Flags().DurationVar(&lease, "lease", 30*time.Second, "how long items and notifications claimed by a worker stay its own without a heartbeat: another worker takes over a crashed one's after this long")
 	cmd.Flags().BoolVar(&callbackPrivate, "callback-allow-private", false, "let item callbacks reach loopback, private and link-local addresses (by default only public addresses: a callback URL comes from whoever submits the item)")
+	cmd.Flags().StringVar(&publicURL, "public-url", "", "the URL receivers reach this API at (e.g. https://redrive.example.com): an item.succeeded notification whose output is too large to carry names the item's URL under it (default: the path /api/v1/items/ID alone)")
 	cmd.Flags().StringVar(&callbackFile, "callback-secret-file", "", "file whose content signs item callbacks of pipelines without a webhook (env "+envCallbackSecret+")")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if lease < time.Second {
@@ -121,6 +124,11 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		callbackSecret, err := loadCallbackSecret(callbackFile)
 		if err != nil {
 			return err
+		}
+		if publicURL != "" {
+			if u, err := url.Parse(publicURL); err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" {
+				return flagErrorf("public-url", "%q is not an absolute http or https URL", publicURL)
+			}
 		}
 		var refs []web.PipelineRef
 		for _, a := range accept {
@@ -163,7 +171,7 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 			refs = append(refs, web.Refs(set.pipelines...)...)
 		}
 		g := &workerGroup{store: s, workers: workers, lease: lease, logger: logger, observers: []func(redrive.Event){m.Observe},
-			callbackSecret: callbackSecret, callbackAllowPrivate: callbackPrivate}
+			callbackSecret: callbackSecret, callbackAllowPrivate: callbackPrivate, publicURL: publicURL}
 		m.TrackFlows(g.flowStates)
 		h := web.NewHandler(s, web.Options{
 			Token:          token,

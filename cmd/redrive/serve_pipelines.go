@@ -141,6 +141,9 @@ type workerGroup struct {
 	callbackSecret []byte
 	// callbackAllowPrivate is --callback-allow-private.
 	callbackAllowPrivate bool
+	// publicURL is --public-url: the base of the item URLs in
+	// notifications.
+	publicURL string
 	// hooked holds the pipelines with a webhook in the running set.
 	hooked atomic.Pointer[map[string]bool]
 
@@ -179,7 +182,7 @@ func (g *workerGroup) start(set *pipelineSet) error {
 		}
 		var err error
 		cfg := redrive.DelivererConfig{Webhooks: set.hooks, Logger: g.logger, LeaseDuration: g.lease, Owner: delivererOwner(),
-			CallbackAllowPrivate: g.callbackAllowPrivate}
+			CallbackAllowPrivate: g.callbackAllowPrivate, APIURL: g.publicURL}
 		if len(g.callbackSecret) > 0 {
 			cfg.CallbackPipelines, cfg.CallbackSecret = set.names(), g.callbackSecret
 		}
