@@ -79,6 +79,10 @@ type flow struct {
 	failingSince atomic.Int64 // start of the spell of dependency failures without a success; 0 when none
 	rounds       atomic.Int64 // push backs in a row, for the delay without Retry-After
 	waited       atomic.Int64 // nanoseconds calls spent waiting on the pace and the gate
+	paced        atomic.Int64 // calls the pace let start
+	// ctx is the context the stage's attempts derive from: the engine's, marked with
+	// this flow as the calls' retry.Pacer (set at Start).
+	ctx context.Context
 	limitedTotal atomic.Int64 // nanoseconds of ended spells limited as a whole
 }
 
@@ -87,12 +91,22 @@ func newFlow(name string, r RateLimit, br *retry.Breaker, now func() time.Time) 
 	if f.maxLimit == 0 {
 		f.maxLimit = DefaultMaxLimited
 	}
-	// A stage's slow start is clocked by its window alone (InitialRate -1): a stage may
-	// call nothing that can be overloaded, and a ramp by time from 10 calls/s would hold a
-	// no-op stage back for half a minute on its way to 20,000/s. The ramp by time belongs
-	// to what knows it calls a dependency: retryhttp.Transport ramps per host.
+	// A stage's slow start is clocked by its window alone (InitialRate -1) until its
+	// handler says it calls over the network (NetworkDependency): a stage may call nothing
+	// that can be overloaded, and a ramp by time from 10 calls/s would hold a no-op stage
+	// back for half a minute on its way to 20,000/s.
 	f.lim = retry.NewLimiter(retry.LimiterOptions{Rate: r.Rate, Burst: r.Burst, MinRate: r.MinRate, InitialRate: -1, Now: now})
 	return f
+}
+
+// NetworkDependency implements retry.Pacer: the stage's handler calls over the network
+// (retryhttp.Transport says so on every request, as does the runner's http stage), so
+// slow start ramps by time from retry.DefaultInitialRate, as the transport's own flow
+// control did before the stage's took it over. One atomic load once it ramps.
+func (f *flow) NetworkDependency() {
+	if f.lim != nil {
+		f.lim.Ramp(0)
+	}
 }
 
 // FlowState is a snapshot of a dependency's flow control, for metrics and operators.
@@ -110,13 +124,15 @@ type FlowState struct {
 	Waited time.Duration `json:"waited"`
 	// Limited is the total time the dependency pushed back every call (no success).
 	Limited time.Duration `json:"limited"`
+	// Calls is how many calls the flow let start; Waited over Calls is the mean wait.
+	Calls int64 `json:"calls"`
 }
 
 func (f *flow) state(now time.Time) FlowState {
 	r := f.lim.Rate()
 	s := FlowState{Dependency: f.name, Rate: r, SlowStart: f.lim.SlowStart(),
 		GateClosedUntil: f.gate.ClosedUntil(now), Waited: time.Duration(f.waited.Load()),
-		Limited: time.Duration(f.limitedTotal.Load())}
+		Limited: time.Duration(f.limitedTotal.Load()), Calls: f.paced.Load()}
 	if since := f.limitedSince.Load(); since != 0 {
 		s.Limited += now.Sub(time.Unix(0, since))
 	}
@@ -216,6 +232,7 @@ func (e *engine) pace(t *task) bool {
 		p.Done()
 		return false
 	}
+	f.paced.Add(1)
 	t.permit, t.started = p, now
 	return true
 }

@@ -65,9 +65,13 @@ func (e *engine) attempt(t *task) {
 	}
 	// The engine is the outer retry layer: a retry.Do inside the handler
 	// makes one attempt per durable attempt instead of multiplying them.
-	ctx, cancel := context.WithCancel(e.layerCtx)
+	base := e.unpacedCtx
+	if t.flow != nil && t.flow.ctx != nil {
+		base = t.flow.ctx // the stage's flow paces the calls (retry.Paced)
+	}
+	ctx, cancel := context.WithCancel(base)
 	if st.Timeout > 0 {
-		ctx, cancel = context.WithTimeout(e.layerCtx, st.Timeout)
+		ctx, cancel = context.WithTimeout(base, st.Timeout)
 	}
 	start := e.cfg.Now()
 	e.mu.Lock()

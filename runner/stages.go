@@ -269,14 +269,20 @@ const maxErrorBody = 64 << 10
 
 // httpHandler returns the handler of an http stage. Its calls go through a
 // retryhttp.Transport of the stage's own: keep-alive connections pooled (at least
-// workers idle ones per host, so that every worker reuses one), every call to a host
-// paced by what the host answers (a Retry-After holds back the whole stage's calls,
-// 429s slow them down, an outage pauses them), bodies read to the end or closed. The
-// engine owns the retries: inside it the transport makes one attempt per engine attempt.
+// workers idle ones per host, so that every worker reuses one), bodies read to the end
+// or closed. The engine owns the retries (inside it the transport makes one attempt per
+// engine attempt) and the flow control: the stage's pace, gate and outage pause wait
+// before the attempt starts, and its slow start ramps by time from 10 calls/s once the
+// transport tells it the stage calls over the network. The transport paces nothing
+// itself: its waits would run inside the attempt, under the stage's timeout, and kill
+// items that were never sent; with rate_limit: off nothing paces the stage at all.
 func httpHandler(st *StageSpec, workers int) redrive.Handler {
 	h := st.HTTP
 	// The stage's timeout bounds each attempt through ctx.
-	client := &http.Client{Transport: &retryhttp.Transport{MaxIdleConnsPerHost: max(workers, retryhttp.DefaultMaxIdleConnsPerHost)}}
+	client := &http.Client{Transport: &retryhttp.Transport{
+		MaxIdleConnsPerHost: max(workers, retryhttp.DefaultMaxIdleConnsPerHost),
+		NoFlowControl:       true,
+	}}
 	return func(ctx context.Context, item *redrive.Item) ([]byte, error) {
 		var data any
 		if err := json.Unmarshal(item.Payload, &data); err != nil {
