@@ -82,7 +82,7 @@ type flow struct {
 	paced        atomic.Int64 // calls the pace let start
 	// ctx is the context the stage's attempts derive from: the engine's, marked with
 	// this flow as the calls' retry.Pacer (set at Start).
-	ctx context.Context
+	ctx          context.Context
 	limitedTotal atomic.Int64 // nanoseconds of ended spells limited as a whole
 }
 
