@@ -80,10 +80,11 @@ type flow struct {
 	rounds       atomic.Int64 // push backs in a row, for the delay without Retry-After
 	waited       atomic.Int64 // nanoseconds calls spent waiting on the pace and the gate
 	paced        atomic.Int64 // calls the pace let start
+	limitedTotal atomic.Int64 // nanoseconds of ended spells limited as a whole
+
 	// ctx is the context the stage's attempts derive from: the engine's, marked with
 	// this flow as the calls' retry.Pacer (set at Start).
-	ctx          context.Context
-	limitedTotal atomic.Int64 // nanoseconds of ended spells limited as a whole
+	ctx context.Context
 }
 
 func newFlow(name string, r RateLimit, br *retry.Breaker, now func() time.Time) *flow {
