@@ -160,7 +160,63 @@ stages:
 			if failed == 0 && len(got) != items {
 				t.Errorf("server saw %d prompts, want %d", len(got), items)
 			}
-			t.Logf("%d items, %d failed attempts, %d prompts at the server", len(all), failed, len(got))
+			// The stage's flow waits before the attempt, and says so: at the defaults slow
+			// start ramps from 10 calls/s (the transport told the stage it calls over the
+			// network), so 60 calls wait; with rate_limit: off nothing paces them.
+			if tc.extra == "" {
+				if len(sum.Paced) != 1 || sum.Paced[0].Dependency != "complete" || sum.Paced[0].Calls != int64(len(got)) || sum.Paced[0].Waited <= 0 {
+					t.Errorf("paced %+v, want the stage's %d calls and their waits", sum.Paced, len(got))
+				}
+			} else if sum.Paced != nil {
+				t.Errorf("paced %+v with rate_limit: off", sum.Paced)
+			}
+			t.Logf("%d items, %d failed attempts, %d prompts at the server; paced %+v", len(all), failed, len(got), sum.Paced)
 		})
 	}
+}
+
+// TestSummaryCountsPaceWaits: a stage paced at 10 calls/s reports its calls' waits before
+// they started, in the summary's text and JSON. The transport's waits inside the call
+// were counted nowhere: the summary said "waiting on the limit: 0.0s" while calls waited.
+func TestSummaryCountsPaceWaits(t *testing.T) {
+	const items = 20
+	srv := startFlaky(t, flaky.Options{})
+	yaml := fmt.Sprintf(`name: paced
+workers: 8
+stages:
+  - name: complete
+    rate_limit: 10/s
+    http:
+      method: POST
+      url: "%s/v1/complete"
+`, srv.URL)
+	var in []string
+	for i := range items {
+		in = append(in, fmt.Sprintf(`{"id":"i%d","prompt":"i%d"}`, i, i))
+	}
+	sum, _ := runPipeline(t, yaml, in)
+	if sum.Counts.Succeeded != items {
+		t.Fatalf("counts %+v", sum.Counts)
+	}
+	// Calls spaced 100 ms apart: the items claimed together at the start (the pace
+	// claims half a second ahead, 6 items) wait 0, 0.1, ... 0.5 s for their turns.
+	if len(sum.Paced) != 1 || sum.Paced[0].Dependency != "complete" || sum.Paced[0].Calls != items || sum.Paced[0].Waited < 0.3 {
+		t.Fatalf("paced %+v, want %d calls of stage complete that waited 0.3 s or more in all", sum.Paced, items)
+	}
+	var b strings.Builder
+	if err := sum.WriteText(&b); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("waiting on the pace: complete: %d calls waited %.1fs before starting", items, float64(sum.Paced[0].Waited))
+	if !strings.Contains(b.String(), want) {
+		t.Fatalf("summary:\n%s\nwant a line starting %q", b.String(), want)
+	}
+	js, err := json.Marshal(sum)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(js), `"paced":[{"dependency":"complete","calls":20,"waited_seconds":`) {
+		t.Fatalf("JSON summary without the pace's waits: %s", js)
+	}
+	t.Logf("%s", b.String())
 }
