@@ -25,8 +25,9 @@ import (
 type flakyServer struct {
 	URL string
 
-	mu    sync.Mutex
-	calls map[string]int
+	mu     sync.Mutex
+	calls  map[string]int
+	bodies []string
 }
 
 func startFlaky(t *testing.T, o flaky.Options) *flakyServer {
@@ -43,6 +44,7 @@ func startFlaky(t *testing.T, o flaky.Options) *flakyServer {
 		_ = json.Unmarshal(body, &req)
 		fs.mu.Lock()
 		fs.calls[req.Prompt]++
+		fs.bodies = append(fs.bodies, string(body))
 		fs.mu.Unlock()
 		r.Body = io.NopCloser(strings.NewReader(string(body)))
 		h.ServeHTTP(w, r)
