@@ -295,6 +295,18 @@ func (e *engine) settle(t *task, err error, o retry.Outcome, end time.Time) {
 			t.stageDelay = d
 			return
 		}
+		if cut {
+			// No Retry-After: the stage pauses a moment, as retryhttp.Transport's flow
+			// control did before the stage's took it over. Without the pause, the calls
+			// whose slots the pace had handed out at the old rate reached a limit still
+			// spent, each refused call started after the cut counted as a new round, and
+			// the rate fell 56/s → 22/s within a second against a limit of 50/s, then
+			// took 30 s to climb back (0.65 C over 3,000 items, BENCHMARKS.md).
+			until := end.Add(noRetryAfterPause(n))
+			if f.gate.Close(until) {
+				f.lim.PauseUntil(until)
+			}
+		}
 		t.stageDelay = t.pipeline.Stages[t.stage].Policy.RateLimitDelay(0, int(min(max(n, 1), 30)))
 	case o.Class == retry.ClassRetryable:
 		t.permit.Done()
@@ -302,6 +314,20 @@ func (e *engine) settle(t *task, err error, o retry.Outcome, end time.Time) {
 	default:
 		t.permit.Done()
 	}
+}
+
+// Pause of a stage pushed back without a Retry-After: noRetryAfterFirst after the first
+// round refused, doubling with each round refused in a row (the calls refused together
+// count once), up to noRetryAfterMax.
+const (
+	noRetryAfterFirst = 100 * time.Millisecond
+	noRetryAfterMax   = 10 * time.Second
+)
+
+// noRetryAfterPause is the pause after the n-th round in a row refused without a
+// Retry-After.
+func noRetryAfterPause(n int64) time.Duration {
+	return min(noRetryAfterFirst<<min(max(n-1, 0), 16), noRetryAfterMax)
 }
 
 // freeProbe reports whether a failed probe of the stage's breaker is the
