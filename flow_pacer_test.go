@@ -11,6 +11,7 @@ import (
 	"net/http"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -147,5 +148,62 @@ func TestTransportInsideStageLeavesPacingToStage(t *testing.T) {
 				t.Errorf("calls 5 to 15 arrived within %v: the stage's slow start did not ramp from 10 calls/s", spread)
 			}
 		})
+	}
+}
+
+// TestNetworkStagePausesAfterThreeFailures: a stage whose handler calls through a zero
+// retryhttp.Transport pauses (its default breaker opens) after 3 failures in a row, as the
+// transport's host did after 3 before the stage's flow control took over; a stage whose
+// handler may call nothing over the network keeps the default breaker's 20.
+func TestNetworkStagePausesAfterThreeFailures(t *testing.T) {
+	var calls atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	url := "http://" + ln.Addr().String() + "/"
+	hc := &http.Client{Transport: &retryhttp.Transport{}}
+	opened := make(chan int64, 1)
+	cfg := testConfig(nil)
+	cfg.Workers = 2 // two calls in flight at most: the count at the opening is the threshold's
+	cfg.Observers = []func(redrive.Event){func(ev redrive.Event) {
+		if b, ok := ev.(redrive.BreakerChanged); ok && b.To == retry.BreakerOpen {
+			select {
+			case opened <- calls.Load():
+			default:
+			}
+		}
+	}}
+	p := redrive.Pipeline{Name: "p", Stages: []redrive.Stage{{Name: "api", Handle: func(ctx context.Context, it *redrive.Item) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return nil, retry.Final(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		return nil, retryhttp.StatusError(resp)
+	}}}}
+	c := startClient(t, openStore(t), cfg, p)
+	if _, err := c.StartRun(context.Background(), "p", items(30), redrive.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-opened:
+		// 3 failures, and at most one more call under way beside the third.
+		if n > 4 {
+			t.Fatalf("the breaker opened after %d calls, want 3 failures in a row (and one in flight)", n)
+		}
+		t.Logf("breaker opened after %d calls", n)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the breaker did not open; %d calls", calls.Load())
 	}
 }
