@@ -51,10 +51,10 @@ const DefaultMaxIdleConnsPerHost = 64
 // stage's flow control (redrive.RateLimit) paces the calls, before the attempt and its
 // timeout start, and the transport sends without its own. The engine marks every
 // attempt's context with the stage's flow (retry.Paced); the transport finds it there
-// (retry.OuterPacer), tells it that the stage calls over the network, so that the stage's
-// slow start ramps by time from 10 calls per second as the transport's would, and skips
-// the pacing, gate and outage pause above (its retries, budget, pooling and draining
-// stay). Two flow controls in a row would wait twice, and the transport's waits would
+// (retry.OuterPacer), tells it that the stage calls over the network, so that the stage
+// does what the transport would (its slow start ramps by time from 10 calls per second,
+// 3 failures in a row pause it), and skips the pacing, gate and outage pause above (its
+// retries, budget, pooling and draining stay). Two flow controls in a row would wait twice, and the transport's waits would
 // run inside the attempt: under the stage's timeout an item could die of waiting for a
 // call it never sent. A stage with RateLimit.Off paces nothing, and neither does the
 // transport inside it. Outside an engine stage (a plain request, or one inside retry.Do)
