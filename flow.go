@@ -123,8 +123,8 @@ func (f *flow) NetworkDependency() {
 // networkOutageAfter is how many dependency failures in a row (5xx without Retry-After,
 // connection refused, timeouts) pause a stage that calls over the network, as they
 // paused retryhttp.Transport's host: each call beyond them in an outage is a call wasted
-// and an item's attempt spent (1.15 calls per item called in a 10 s outage with 20,
-// 1.00 with 3; BENCHMARKS.md). A stage that may call nothing over the network keeps
+// and an item's attempt spent (a 10 s outage now costs 3 failures and a probe a second,
+// 12 calls; BENCHMARKS.md). A stage that may call nothing over the network keeps
 // defaultBreaker's 20, which its items' own failures rarely reach.
 const networkOutageAfter = 3
 
