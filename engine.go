@@ -25,6 +25,7 @@ type engine struct {
 	stopClaim   context.CancelFunc
 	workCtx     context.Context // ends at Stop's deadline: handlers are interrupted
 	layerCtx    context.Context // workCtx marked as an outer retry layer
+	unpacedCtx  context.Context // layerCtx marked as paced by nothing (retry.Paced): stages without flow control
 	stopWork    context.CancelFunc
 	bgCtx       context.Context // ends when everything is flushed
 	flushCtx    context.Context // bounds writing completions: ends soon after Stop's deadline
@@ -138,6 +139,13 @@ func (c *Client) Start(ctx context.Context) error {
 	e.claimCtx, e.stopClaim = context.WithCancel(context.WithoutCancel(ctx))
 	e.workCtx, e.stopWork = context.WithCancel(context.WithoutCancel(ctx))
 	e.layerCtx = retry.Layer(e.workCtx)
+	// Each stage's attempts carry its flow as their retry.Pacer, so that a client
+	// inside the handler with a flow control of its own (retryhttp.Transport) leaves
+	// the pacing to the stage, which waits before the attempt and its timeout start.
+	e.unpacedCtx = retry.Paced(e.layerCtx, nil)
+	for _, f := range e.flowList {
+		f.ctx = retry.Paced(e.layerCtx, f)
+	}
 	e.bgCtx, e.stopBG = context.WithCancel(context.WithoutCancel(ctx))
 	e.flushCtx, e.stopFlush = context.WithCancel(e.bgCtx)
 	// Room for the most items leased and not started (the workers' own

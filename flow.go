@@ -79,7 +79,14 @@ type flow struct {
 	failingSince atomic.Int64 // start of the spell of dependency failures without a success; 0 when none
 	rounds       atomic.Int64 // push backs in a row, for the delay without Retry-After
 	waited       atomic.Int64 // nanoseconds calls spent waiting on the pace and the gate
+	paced        atomic.Int64 // calls the pace let start
+	network      atomic.Bool  // the handler said it calls over the network (NetworkDependency)
+	ownBreaker   bool         // breaker is defaultBreaker's, the flow's to tune
 	limitedTotal atomic.Int64 // nanoseconds of ended spells limited as a whole
+
+	// ctx is the context the stage's attempts derive from: the engine's, marked with
+	// this flow as the calls' retry.Pacer (set at Start).
+	ctx context.Context
 }
 
 func newFlow(name string, r RateLimit, br *retry.Breaker, now func() time.Time) *flow {
@@ -87,13 +94,39 @@ func newFlow(name string, r RateLimit, br *retry.Breaker, now func() time.Time) 
 	if f.maxLimit == 0 {
 		f.maxLimit = DefaultMaxLimited
 	}
-	// A stage's slow start is clocked by its window alone (InitialRate -1): a stage may
-	// call nothing that can be overloaded, and a ramp by time from 10 calls/s would hold a
-	// no-op stage back for half a minute on its way to 20,000/s. The ramp by time belongs
-	// to what knows it calls a dependency: retryhttp.Transport ramps per host.
+	// A stage's slow start is clocked by its window alone (InitialRate -1) until its
+	// handler says it calls over the network (NetworkDependency): a stage may call nothing
+	// that can be overloaded, and a ramp by time from 10 calls/s would hold a no-op stage
+	// back for half a minute on its way to 20,000/s.
 	f.lim = retry.NewLimiter(retry.LimiterOptions{Rate: r.Rate, Burst: r.Burst, MinRate: r.MinRate, InitialRate: -1, Now: now})
 	return f
 }
+
+// NetworkDependency implements retry.Pacer: the stage's handler calls over the network
+// (retryhttp.Transport says so on every request, as does the runner's http stage), so
+// the stage takes on what the transport's own flow control did before the stage's took
+// it over: slow start ramps by time from retry.DefaultInitialRate, and the default
+// breaker pauses the stage after networkOutageAfter failures in a row rather than 20.
+// One atomic load after the first call.
+func (f *flow) NetworkDependency() {
+	if f.network.Load() || f.network.Swap(true) {
+		return
+	}
+	if f.lim != nil {
+		f.lim.Ramp(0)
+	}
+	if f.ownBreaker {
+		f.breaker.SetConsecutiveFailures(networkOutageAfter)
+	}
+}
+
+// networkOutageAfter is how many dependency failures in a row (5xx without Retry-After,
+// connection refused, timeouts) pause a stage that calls over the network, as they
+// paused retryhttp.Transport's host: each call beyond them in an outage is a call wasted
+// and an item's attempt spent (a 10 s outage now costs 3 failures and a probe a second,
+// 12 calls; BENCHMARKS.md). A stage that may call nothing over the network keeps
+// defaultBreaker's 20, which its items' own failures rarely reach.
+const networkOutageAfter = 3
 
 // FlowState is a snapshot of a dependency's flow control, for metrics and operators.
 type FlowState struct {
@@ -110,13 +143,15 @@ type FlowState struct {
 	Waited time.Duration `json:"waited"`
 	// Limited is the total time the dependency pushed back every call (no success).
 	Limited time.Duration `json:"limited"`
+	// Calls is how many calls the flow let start; Waited over Calls is the mean wait.
+	Calls int64 `json:"calls"`
 }
 
 func (f *flow) state(now time.Time) FlowState {
 	r := f.lim.Rate()
 	s := FlowState{Dependency: f.name, Rate: r, SlowStart: f.lim.SlowStart(),
 		GateClosedUntil: f.gate.ClosedUntil(now), Waited: time.Duration(f.waited.Load()),
-		Limited: time.Duration(f.limitedTotal.Load())}
+		Limited: time.Duration(f.limitedTotal.Load()), Calls: f.paced.Load()}
 	if since := f.limitedSince.Load(); since != 0 {
 		s.Limited += now.Sub(time.Unix(0, since))
 	}
@@ -175,6 +210,7 @@ func (e *engine) buildFlows() error {
 				br = defaultBreaker()
 			}
 			f = newFlow(dep, s.RateLimit, br, e.cfg.Now)
+			f.ownBreaker = s.Breaker == nil
 			if ls != nil && s.RateLimit.Rate > 0 {
 				f.shared = newSharedPace(ls, dep, s.RateLimit)
 			}
@@ -216,6 +252,16 @@ func (e *engine) pace(t *task) bool {
 		p.Done()
 		return false
 	}
+	if f.breaker != nil && f.breaker.State() == retry.BreakerOpen {
+		// The breaker opened while this call waited for its turn: the outage that
+		// failed the calls before it would fail it too. Without this, the calls a
+		// paced stage had let past its breaker before it opened (half a second of its
+		// rate) all went out into the outage: 112 items called in a 10 s outage where
+		// the transport's pause let 16 through.
+		p.Done()
+		return false
+	}
+	f.paced.Add(1)
 	t.permit, t.started = p, now
 	return true
 }
@@ -242,8 +288,9 @@ func (e *engine) settle(t *task, err error, o retry.Outcome, end time.Time) {
 		if f.rounds.Load() != 0 {
 			f.rounds.Store(0)
 		}
-		if f.failingSince.Load() != 0 {
-			f.failingSince.Store(0)
+		if since := f.failingSince.Load(); since != 0 && start >= since {
+			// A call that started before the failures began does not end them.
+			f.failingSince.CompareAndSwap(since, 0)
 		}
 		if f.limitedSince.Load() != 0 {
 			if since := f.limitedSince.Swap(0); since != 0 {
@@ -277,6 +324,18 @@ func (e *engine) settle(t *task, err error, o retry.Outcome, end time.Time) {
 			t.stageDelay = d
 			return
 		}
+		if cut {
+			// No Retry-After: the stage pauses a moment, as retryhttp.Transport's flow
+			// control did before the stage's took it over. Without the pause, the calls
+			// whose slots the pace had handed out at the old rate reached a limit still
+			// spent, each refused call started after the cut counted as a new round, and
+			// the rate fell 56/s → 22/s within a second against a limit of 50/s, then
+			// took 30 s to climb back (0.65 C over 3,000 items, BENCHMARKS.md).
+			until := end.Add(noRetryAfterPause(n))
+			if f.gate.Close(until) {
+				f.lim.PauseUntil(until)
+			}
+		}
 		t.stageDelay = t.pipeline.Stages[t.stage].Policy.RateLimitDelay(0, int(min(max(n, 1), 30)))
 	case o.Class == retry.ClassRetryable:
 		t.permit.Done()
@@ -284,6 +343,31 @@ func (e *engine) settle(t *task, err error, o retry.Outcome, end time.Time) {
 	default:
 		t.permit.Done()
 	}
+}
+
+// answersSinceFailing reports whether t's call started after the dependency's current
+// spell of failures began, so that its answer says the dependency is back. A call under
+// way when an outage began (a slow call started before the first failing one) answers
+// from before the outage: its success closed the breaker it had just opened, three times
+// in the first quarter second of a 10 s outage, letting 23 calls into it where 3 should
+// have paused the stage.
+func (f *flow) answersSinceFailing(t *task) bool {
+	since := f.failingSince.Load()
+	return since == 0 || t.started.IsZero() || t.started.UnixNano() >= since
+}
+
+// Pause of a stage pushed back without a Retry-After: noRetryAfterFirst after the first
+// round refused, doubling with each round refused in a row (the calls refused together
+// count once), up to noRetryAfterMax.
+const (
+	noRetryAfterFirst = 100 * time.Millisecond
+	noRetryAfterMax   = 10 * time.Second
+)
+
+// noRetryAfterPause is the pause after the n-th round in a row refused without a
+// Retry-After.
+func noRetryAfterPause(n int64) time.Duration {
+	return min(noRetryAfterFirst<<min(max(n-1, 0), 16), noRetryAfterMax)
 }
 
 // freeProbe reports whether a failed probe of the stage's breaker is the

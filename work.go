@@ -65,9 +65,13 @@ func (e *engine) attempt(t *task) {
 	}
 	// The engine is the outer retry layer: a retry.Do inside the handler
 	// makes one attempt per durable attempt instead of multiplying them.
-	ctx, cancel := context.WithCancel(e.layerCtx)
+	base := e.unpacedCtx
+	if t.flow != nil && t.flow.ctx != nil {
+		base = t.flow.ctx // the stage's flow paces the calls (retry.Paced)
+	}
+	ctx, cancel := context.WithCancel(base)
 	if st.Timeout > 0 {
-		ctx, cancel = context.WithTimeout(e.layerCtx, st.Timeout)
+		ctx, cancel = context.WithTimeout(base, st.Timeout)
 	}
 	start := e.cfg.Now()
 	e.mu.Lock()
@@ -125,10 +129,16 @@ func (e *engine) attempt(t *task) {
 	if br != nil {
 		paused := br.State() != retry.BreakerClosed // one atomic load when closed
 		answered := err == nil || o.Class == retry.ClassRateLimited
-		if answered {
+		switch {
+		case answered && !t.flow.answersSinceFailing(t):
+			// The call started before the dependency's failures began:
+			// its answer is from before them and says nothing now.
+			br.Record(context.Canceled)
+			answered = false
+		case answered:
 			// The dependency answered: its rate is the flow's business.
 			br.Record(nil)
-		} else {
+		default:
 			br.Record(err)
 		}
 		if answered && paused {

@@ -16,10 +16,11 @@ const (
 	nameFlowGate      = "flow_gate_closed_seconds"
 	nameFlowWaited    = "flow_waited_seconds_total"
 	nameFlowLimited   = "flow_limited_seconds_total"
+	nameFlowCalls     = "flow_calls_total"
 )
 
 type flowDescs struct {
-	rate, slowStart, gate, waited, limited *prometheus.Desc
+	rate, slowStart, gate, waited, limited, calls *prometheus.Desc
 }
 
 func newFlowDescs(ns string) flowDescs {
@@ -32,13 +33,14 @@ func newFlowDescs(ns string) flowDescs {
 		gate:      d(nameFlowGate, "Seconds until a dependency's gate opens (a Retry-After for the whole stage); 0 when open."),
 		waited:    d(nameFlowWaited, "Time this process's calls waited on a dependency's pace and gate, summed over calls."),
 		limited:   d(nameFlowLimited, "Time a dependency pushed back every call with no success (the stage was rate limited as a whole)."),
+		calls:     d(nameFlowCalls, "Calls this process started through a dependency's pace; flow_waited_seconds_total over it is the mean wait before a call."),
 	}
 }
 
 // TrackFlows exports the flow control of a started client's dependencies, read on
 // scrape: redrive_flow_rate, redrive_flow_slow_start, redrive_flow_gate_closed_seconds,
-// redrive_flow_waited_seconds_total and redrive_flow_limited_seconds_total, labelled
-// by dependency. Pass client.FlowStates; nil stops tracking.
+// redrive_flow_waited_seconds_total, redrive_flow_calls_total and
+// redrive_flow_limited_seconds_total, labelled by dependency. Pass client.FlowStates; nil stops tracking.
 func (m *Metrics) TrackFlows(states func() []redrive.FlowState) {
 	m.budgetMu.Lock()
 	m.flows = states
@@ -51,6 +53,7 @@ func (m *Metrics) describeFlows(ch chan<- *prometheus.Desc) {
 	ch <- m.flowDescs.gate
 	ch <- m.flowDescs.waited
 	ch <- m.flowDescs.limited
+	ch <- m.flowDescs.calls
 }
 
 func (m *Metrics) collectFlows(ch chan<- prometheus.Metric) {
@@ -79,6 +82,7 @@ func (m *Metrics) collectFlows(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(m.flowDescs.gate, prometheus.GaugeValue, gate, d)
 		ch <- prometheus.MustNewConstMetric(m.flowDescs.waited, prometheus.CounterValue, seconds(f.Waited), d)
 		ch <- prometheus.MustNewConstMetric(m.flowDescs.limited, prometheus.CounterValue, seconds(f.Limited), d)
+		ch <- prometheus.MustNewConstMetric(m.flowDescs.calls, prometheus.CounterValue, float64(f.Calls), d)
 	}
 }
 

@@ -15,7 +15,7 @@ import (
 )
 
 // TestFlowMetrics: a started client's dependencies export their rate, slow start,
-// gate and time rate limited; a 429 with Retry-After shows as a closed gate.
+// gate, time rate limited and calls paced; a 429 with Retry-After shows as a closed gate.
 func TestFlowMetrics(t *testing.T) {
 	store := openStore(t)
 	m := metrics.New(store, metrics.Options{})
@@ -67,5 +67,9 @@ func TestFlowMetrics(t *testing.T) {
 	}
 	if got := series(t, reg, "redrive_flow_limited_seconds_total"); got["p/api"] < 0 || math.IsNaN(got["p/api"]) {
 		t.Fatalf("redrive_flow_limited_seconds_total = %v", got)
+	}
+	// The item passed the paced stage (one call) before the api stage refused it.
+	if got := series(t, reg, "redrive_flow_calls_total"); got["p/paced"] != 1 || got["p/api"] != 1 {
+		t.Fatalf("redrive_flow_calls_total = %v, want one call through each stage's pace", got)
 	}
 }

@@ -126,7 +126,7 @@ var allNames = []string{
 	nameBreakerState, nameItems, nameItemsStuck, nameOldestDueAge,
 	nameBudgetRequests, nameBudgetRetries, nameBudgetRatio,
 	nameStoreErrors, nameRefreshDuration, nameTimeToSuccess,
-	nameFlowRate, nameFlowSlowStart, nameFlowGate, nameFlowWaited, nameFlowLimited,
+	nameFlowRate, nameFlowSlowStart, nameFlowGate, nameFlowWaited, nameFlowLimited, nameFlowCalls,
 }
 
 // Names returns the names of every metric a Metrics exports with the

@@ -283,6 +283,20 @@ func (b *Breaker) failureLocked(now time.Time) transition {
 	return transition{BreakerClosed, BreakerClosed}
 }
 
+// SetConsecutiveFailures changes the failures in a row that trip the breaker, from the
+// next failure on (BreakerOptions.ConsecutiveFailures; 0 means 5, a negative value
+// disables the rule). It is for an owner that learns what its dependency is after
+// building the breaker: redrive's engine lowers a stage's default breaker from 20 to 3
+// once the stage is known to call over the network.
+func (b *Breaker) SetConsecutiveFailures(n int) {
+	if n == 0 {
+		n = 5
+	}
+	b.mu.Lock()
+	b.o.ConsecutiveFailures = n
+	b.mu.Unlock()
+}
+
 // Reset closes the breaker now, as enough successful probes do, and starts its next
 // open period from OpenFor again. It is for a caller that has seen the dependency answer
 // while the breaker was open or half-open, such as a call that was already under way when

@@ -307,3 +307,20 @@ func TestBreakerReset(t *testing.T) {
 		t.Fatalf("changes %v, want %v", changes, want)
 	}
 }
+
+// TestBreakerSetConsecutiveFailures: a breaker built to trip after 20 failures in a row
+// trips after 3 once told so, and a streak under way counts toward the new threshold.
+func TestBreakerSetConsecutiveFailures(t *testing.T) {
+	b := NewBreaker(BreakerOptions{ConsecutiveFailures: 20, Now: newClock().now})
+	fail := errors.New("503")
+	b.Record(fail)
+	b.SetConsecutiveFailures(3)
+	b.Record(fail)
+	if b.State() != BreakerClosed {
+		t.Fatalf("state %v after 2 failures", b.State())
+	}
+	b.Record(fail)
+	if b.State() != BreakerOpen {
+		t.Fatalf("state %v after 3 failures in a row, want open", b.State())
+	}
+}

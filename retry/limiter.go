@@ -156,6 +156,21 @@ func (l *Limiter) Rate() float64 { return math.Float64frombits(l.rate.Load()) }
 // SlowStart reports whether the limiter is still ramping up towards its first push back.
 func (l *Limiter) SlowStart() bool { return l.slow.Load() }
 
+// Ramp makes slow start pace its calls by time from rate calls per second (0 means
+// DefaultInitialRate), as LimiterOptions.InitialRate does, for a limiter built with the
+// ramp off (InitialRate < 0) that learns it calls a dependency that may be overloaded. It
+// does nothing when the limiter ramps already, when slow start has ended, or when Rate is
+// set. It reports whether it turned the ramp on.
+func (l *Limiter) Ramp(rate float64) bool {
+	if l.ramp.Load() != 0 || !l.slow.Load() {
+		return false
+	}
+	if rate <= 0 {
+		rate = DefaultInitialRate
+	}
+	return l.ramp.CompareAndSwap(0, math.Float64bits(rate))
+}
+
 // Wait blocks until a call may start and returns its Permit, or returns ctx's error.
 func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
 	if u := l.pause.Load(); u > l.o.Now().UnixNano() {

@@ -45,6 +45,9 @@ func (st *StageSpec) checkEnv() error {
 	if h := st.HTTP; h != nil {
 		pos := func(k string) Pos { return keyPos(h.Keys, k, h.Pos) }
 		fs = append(fs, field{pos("url"), "url", h.URL})
+		if h.Body != nil {
+			fs = append(fs, field{pos("body"), "body", *h.Body})
+		}
 		for k, v := range h.Headers {
 			fs = append(fs, field{pos("headers"), "header " + k, v})
 		}

@@ -44,6 +44,7 @@ func TestConfigMistakesAtLoad(t *testing.T) {
 	for _, tc := range []struct{ name, yaml, want string }{
 		{"url", "stages:\n  - name: a\n    http:\n      url: \"${REDRIVE_TEST_UNSET_API}/x\"\n", "p.yaml:4:12: stage \"a\": url uses ${REDRIVE_TEST_UNSET_API}"},
 		{"header", "stages:\n  - name: a\n    http:\n      url: http://127.0.0.1/x\n      headers: {Authorization: \"Bearer ${REDRIVE_TEST_UNSET_TOKEN}\"}\n", "p.yaml:5:16: stage \"a\": header Authorization uses ${REDRIVE_TEST_UNSET_TOKEN}"},
+		{"body", "stages:\n  - name: a\n    http:\n      url: http://127.0.0.1/x\n      body: '{\"key\": \"${REDRIVE_TEST_UNSET_KEY}\"}'\n", "p.yaml:5:13: stage \"a\": body uses ${REDRIVE_TEST_UNSET_KEY}"},
 		{"args", "stages:\n  - name: a\n    exec: {command: cat, args: [\"${REDRIVE_TEST_UNSET_ARG}\"]}\n", "p.yaml:3:32: stage \"a\": args uses ${REDRIVE_TEST_UNSET_ARG}"},
 		{"missing command", "stages:\n  - name: a\n    exec:\n      command: no-such-command-redrive\n", "p.yaml:4:16: stage \"a\": command \"no-such-command-redrive\" not found"},
 		{"missing script", "stages:\n  - name: a\n    exec:\n      command: ./missing.sh\n", "p.yaml:4:16: stage \"a\": command \"./missing.sh\" not found"},

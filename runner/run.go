@@ -263,6 +263,8 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 		client.Stop(bg)
 		return nil, fmt.Errorf("runner: %w", werr)
 	}
+	// The flow control's waits live in the client, which Stop lets go of.
+	flows := client.FlowStates()
 	stopCtx, cancelStop := context.WithTimeout(bg, opts.StopGrace)
 	stopErr := client.Stop(stopCtx)
 	cancelStop()
@@ -279,6 +281,7 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 	if err := sum.fill(bg, store, final, prog); err != nil {
 		return nil, err
 	}
+	sum.Paced = paceWaits(pipeline.Name, flows)
 	if opts.Output != "" {
 		n, err := writeOutput(bg, store, run.ID, opts.Output)
 		if err != nil {

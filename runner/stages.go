@@ -17,6 +17,7 @@ import (
 	"strings"
 	"syscall"
 	"text/template"
+	"text/template/parse"
 	"time"
 	"unicode/utf8"
 
@@ -56,7 +57,11 @@ func (s *Spec) handler(st *StageSpec) (redrive.Handler, error) {
 		}
 		return s.execHandler(st, command), nil
 	case st.HTTP != nil:
-		return httpHandler(st, s.Workers), nil
+		h, err := httpHandler(st, s.Workers)
+		if err != nil {
+			return nil, specError(s.File, err)
+		}
+		return h, nil
 	}
 	return nil, specError(s.File, at(st.Pos, "stage %q has neither exec nor http: it cannot run (a policy-only file can only be previewed)", st.Name))
 }
@@ -252,6 +257,82 @@ func (h *HTTPSpec) compile(stage string) error {
 	return nil
 }
 
+// jsonBody reports whether the stage's body is sent as JSON: with no Content-Type
+// header (application/json is added) or one whose media type is JSON
+// (application/json, application/problem+json).
+func (h *HTTPSpec) jsonBody() bool {
+	for k, v := range h.Headers {
+		if strings.EqualFold(k, "Content-Type") {
+			mt, _, _ := strings.Cut(expandEnv(v), ";")
+			mt = strings.ToLower(strings.TrimSpace(mt))
+			return mt == "application/json" || strings.HasSuffix(mt, "+json")
+		}
+	}
+	return true
+}
+
+// bodyTemplate returns the body template with every ${VAR} written in its text replaced
+// by the environment variable, as in the url and the headers. Only the file's text is
+// expanded, once, when the stage is built: never a ${VAR} in an item's data (which
+// would let an item read the runner's environment), and never inside {{ }} actions. A
+// JSON body gets the value escaped as the inside of a JSON string (quotes, backslashes,
+// control characters), so that a secret holding a '"' cannot end the string and
+// silently change the document: write "${VAR}" between quotes; {{env "VAR"}} writes a
+// value unescaped, such as a JSON fragment.
+func (h *HTTPSpec) bodyTemplate() (*template.Template, error) {
+	t, err := template.New("body").Funcs(funcs).Option("missingkey=error").Parse(*h.Body)
+	if err != nil {
+		return nil, err
+	}
+	quote := h.jsonBody()
+	for _, tt := range t.Templates() {
+		if tt.Tree != nil {
+			expandText(tt.Tree.Root, quote)
+		}
+	}
+	return t, nil
+}
+
+// expandText replaces ${VAR} in the text nodes under n.
+func expandText(n parse.Node, quote bool) {
+	switch n := n.(type) {
+	case *parse.ListNode:
+		if n == nil {
+			return
+		}
+		for _, c := range n.Nodes {
+			expandText(c, quote)
+		}
+	case *parse.TextNode:
+		n.Text = envRef.ReplaceAllFunc(n.Text, func(m []byte) []byte {
+			v := os.Getenv(string(m[2 : len(m)-1]))
+			if !quote {
+				return []byte(v)
+			}
+			return jsonStringContent(v)
+		})
+	case *parse.IfNode:
+		expandText(n.List, quote)
+		expandText(n.ElseList, quote)
+	case *parse.RangeNode:
+		expandText(n.List, quote)
+		expandText(n.ElseList, quote)
+	case *parse.WithNode:
+		expandText(n.List, quote)
+		expandText(n.ElseList, quote)
+	}
+}
+
+// jsonStringContent returns v as the inside of a JSON string, without its quotes.
+func jsonStringContent(v string) []byte {
+	var b bytes.Buffer
+	enc := json.NewEncoder(&b)
+	enc.SetEscapeHTML(false)
+	_ = enc.Encode(v) // a string always encodes
+	out := bytes.TrimSuffix(b.Bytes(), []byte("\n"))
+	return out[1 : len(out)-1]
+}
+
 // funcs are the functions of http templates.
 var funcs = template.FuncMap{
 	// json writes v as JSON: {"prompt": {{json .text}}}.
@@ -269,14 +350,28 @@ const maxErrorBody = 64 << 10
 
 // httpHandler returns the handler of an http stage. Its calls go through a
 // retryhttp.Transport of the stage's own: keep-alive connections pooled (at least
-// workers idle ones per host, so that every worker reuses one), every call to a host
-// paced by what the host answers (a Retry-After holds back the whole stage's calls,
-// 429s slow them down, an outage pauses them), bodies read to the end or closed. The
-// engine owns the retries: inside it the transport makes one attempt per engine attempt.
-func httpHandler(st *StageSpec, workers int) redrive.Handler {
+// workers idle ones per host, so that every worker reuses one), bodies read to the end
+// or closed. The engine owns the retries (inside it the transport makes one attempt per
+// engine attempt) and the flow control: the stage's pace, gate and outage pause wait
+// before the attempt starts, and its slow start ramps by time from 10 calls/s once the
+// transport tells it the stage calls over the network. The transport paces nothing
+// itself: its waits would run inside the attempt, under the stage's timeout, and kill
+// items that were never sent; with rate_limit: off nothing paces the stage at all.
+func httpHandler(st *StageSpec, workers int) (redrive.Handler, error) {
 	h := st.HTTP
+	var bodyT *template.Template
+	if h.Body != nil {
+		var err error
+		if bodyT, err = h.bodyTemplate(); err != nil {
+			return nil, at(keyPos(h.Keys, "body", h.Pos), "stage %q: body template: %v", st.Name, err)
+		}
+	}
+	jsonBody := h.jsonBody()
 	// The stage's timeout bounds each attempt through ctx.
-	client := &http.Client{Transport: &retryhttp.Transport{MaxIdleConnsPerHost: max(workers, retryhttp.DefaultMaxIdleConnsPerHost)}}
+	client := &http.Client{Transport: &retryhttp.Transport{
+		MaxIdleConnsPerHost: max(workers, retryhttp.DefaultMaxIdleConnsPerHost),
+		NoFlowControl:       true,
+	}}
 	return func(ctx context.Context, item *redrive.Item) ([]byte, error) {
 		var data any
 		if err := json.Unmarshal(item.Payload, &data); err != nil {
@@ -289,10 +384,15 @@ func httpHandler(st *StageSpec, workers int) redrive.Handler {
 		url := expandEnv(strings.TrimSpace(u.String()))
 		var body io.Reader
 		switch {
-		case h.body != nil:
+		case bodyT != nil:
 			var b bytes.Buffer
-			if err := h.body.Execute(&b, data); err != nil {
+			if err := bodyT.Execute(&b, data); err != nil {
 				return nil, retry.Final(fmt.Errorf("body template: %w", err))
+			}
+			if jsonBody && !json.Valid(b.Bytes()) {
+				// Sent as JSON, it would be refused or misread; the error gives the
+				// offset only, as the body may hold a secret.
+				return nil, retry.Final(fmt.Errorf("body template: the body is not valid JSON (%s), and it is sent as JSON", jsonSyntaxPlace(b.Bytes())))
 			}
 			body = &b
 		case h.Method != http.MethodGet && h.Method != http.MethodHead:
@@ -346,7 +446,17 @@ func httpHandler(st *StageSpec, workers int) redrive.Handler {
 			}{json.RawMessage(item.Payload), resp.StatusCode, r})
 		}
 		return b, nil
+	}, nil
+}
+
+// jsonSyntaxPlace says where b stops being JSON, without quoting it.
+func jsonSyntaxPlace(b []byte) string {
+	var v any
+	var se *json.SyntaxError
+	if err := json.Unmarshal(b, &v); errors.As(err, &se) {
+		return fmt.Sprintf("syntax error at byte %d of %d", se.Offset, len(b))
 	}
+	return fmt.Sprintf("%d bytes that end too early", len(b))
 }
 
 // classed wraps err with the class of o.

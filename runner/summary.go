@@ -53,6 +53,31 @@ type InputCounts struct {
 	Existing int `json:"existing"`
 }
 
+// PaceWait is the time a dependency's calls waited on its stages' flow control before
+// they started (redrive.FlowState.Waited and Calls).
+type PaceWait struct {
+	// Dependency is the stages' dependency, or the stage's name when it names none.
+	Dependency string `json:"dependency"`
+	// Calls is how many calls the flow control let start.
+	Calls int64 `json:"calls"`
+	// Waited is the time they waited, summed over the calls.
+	Waited Seconds `json:"waited_seconds"`
+}
+
+// paceWaits turns the flow states of pipeline's client into the summary's PaceWaits,
+// leaving out the dependencies that paced no call.
+func paceWaits(pipeline string, states []redrive.FlowState) []PaceWait {
+	var out []PaceWait
+	for _, f := range states {
+		if f.Calls == 0 && f.Waited == 0 {
+			continue
+		}
+		out = append(out, PaceWait{Dependency: strings.TrimPrefix(f.Dependency, pipeline+"/"), Calls: f.Calls, Waited: Seconds(f.Waited.Seconds())})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Dependency < out[j].Dependency })
+	return out
+}
+
 // Budget reports a run's failure budget.
 type Budget struct {
 	// Configured is the dead rate allowed; 0 means no budget.
@@ -108,6 +133,12 @@ type Summary struct {
 	// WaitingOnLimit is how much of the run's time its items spent waiting on
 	// rate limits (nil when the store cannot tell).
 	WaitingOnLimit *redrive.LimitedTime `json:"waiting_on_limit,omitempty"`
+	// Paced is, for each dependency whose stage's flow control paced calls in this
+	// invocation, how long those calls waited for their turn before their attempts
+	// started: the pace, the gate and the outage pause (nil when nothing was paced).
+	// These waits are the process's, kept in memory: the store knows only the waits
+	// after rate-limited answers (WaitingOnLimit).
+	Paced []PaceWait `json:"paced,omitempty"`
 	// RetryHistogram counts the run's finished items by retries needed.
 	RetryHistogram []redrive.HistogramBucket `json:"retry_histogram"`
 	// TopErrors are the most frequent failed-attempt errors, at most 8.
@@ -317,6 +348,10 @@ func (s *Summary) WriteText(w io.Writer) error {
 	fmt.Fprintf(&b, "retries: %d scheduled, %d rate-limited waits (this invocation)\n", s.Retries, s.RateLimitWaits)
 	if lt := s.WaitingOnLimit; lt != nil {
 		fmt.Fprintf(&b, "waiting on the limit: %s\n", FormatLimitedTime(*lt))
+	}
+	for _, w := range s.Paced {
+		fmt.Fprintf(&b, "waiting on the pace: %s: %d calls waited %.1fs before starting, %s per call on average\n",
+			w.Dependency, w.Calls, float64(w.Waited), time.Duration(float64(w.Waited)/float64(max(w.Calls, 1))*float64(time.Second)).Round(time.Millisecond))
 	}
 	if len(s.RetryHistogram) > 0 {
 		b.WriteString("retry histogram (retries: items):")

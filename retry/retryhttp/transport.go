@@ -47,6 +47,19 @@ const DefaultMaxIdleConnsPerHost = 64
 //     at retry.BudgetOptions defaults (retries at most 10 % of requests, plus 1 per
 //     second) grants every retry, so that an outage is not multiplied.
 //
+// One flow control per dependency, outside the attempt: inside a redrive engine stage the
+// stage's flow control (redrive.RateLimit) paces the calls, before the attempt and its
+// timeout start, and the transport sends without its own. The engine marks every
+// attempt's context with the stage's flow (retry.Paced); the transport finds it there
+// (retry.OuterPacer), tells it that the stage calls over the network, so that the stage
+// does what the transport would (its slow start ramps by time from 10 calls per second,
+// 3 failures in a row pause it), and skips the pacing, gate and outage pause above (its
+// retries, budget, pooling and draining stay). Two flow controls in a row would wait twice, and the transport's waits would
+// run inside the attempt: under the stage's timeout an item could die of waiting for a
+// call it never sent. A stage with RateLimit.Off paces nothing, and neither does the
+// transport inside it. Outside an engine stage (a plain request, or one inside retry.Do)
+// the transport paces as described; set NoFlowControl when something else paces.
+//
 // A Transport must not be copied after first use.
 //
 // Only requests that are safe to repeat are retried: idempotent methods (GET, HEAD,
@@ -80,7 +93,10 @@ type Transport struct {
 	// number of concurrent callers when they are more.
 	MaxIdleConnsPerHost int
 	// NoFlowControl turns off the pacing, gate and outage pause described above; retries
-	// still follow Policy. False by default.
+	// still follow Policy. Set it when something outside the request paces the calls to
+	// the host. A request whose context carries an outer layer's flow control
+	// (retry.OuterPacer: every attempt of a redrive engine stage) is sent without the
+	// transport's flow control whatever this field says. False by default.
 	NoFlowControl bool
 
 	once   sync.Once
@@ -124,11 +140,20 @@ func (t *Transport) CloseIdleConnections() {
 	}
 }
 
-// flowFor returns the flow of a host, or nil without flow control.
-func (t *Transport) flowFor(host string) *flow {
+// flowFor returns the flow of req's host, or nil when the transport's flow control is
+// off or an outer layer owns the flow control of req's calls (retry.OuterPacer), which
+// it then tells that the calls go over the network.
+func (t *Transport) flowFor(req *http.Request) *flow {
+	if p, ok := retry.OuterPacer(req.Context()); ok {
+		if p != nil {
+			p.NetworkDependency()
+		}
+		return nil
+	}
 	if t.NoFlowControl {
 		return nil
 	}
+	host := req.URL.Host
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	f := t.flows[host]
@@ -141,7 +166,7 @@ func (t *Transport) flowFor(host string) *flow {
 
 // send sends one attempt through the host's flow.
 func (t *Transport) send(req *http.Request, cl *Classifier) (*http.Response, error) {
-	f := t.flowFor(req.URL.Host)
+	f := t.flowFor(req)
 	if f == nil {
 		return t.base().RoundTrip(req)
 	}

@@ -1,0 +1,315 @@
+package redrive_test
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"sort"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/examples/flakyapi/flaky"
+	"github.com/redrive/redrive/retry"
+	"github.com/redrive/redrive/retry/retryhttp"
+)
+
+// TestFlowPausesWithoutRetryAfter: a push back without a Retry-After closes the stage's
+// gate for 100 ms, as retryhttp.Transport's flow control did before the stage's took
+// it over; without the pause the calls whose slots the pace had handed out went on into
+// a limit still spent, each one a new round, and cut the rate to 40 % within a second.
+// The clock stands still, so the gate is read where the engine left it.
+func TestFlowPausesWithoutRetryAfter(t *testing.T) {
+	now := time.Now().Add(time.Minute)
+	done := make(chan struct{})
+	var once sync.Once
+	cfg := testConfig(nil)
+	cfg.Now = func() time.Time { return now }
+	cfg.Observers = []func(redrive.Event){func(ev redrive.Event) {
+		if _, ok := ev.(redrive.AttemptFinished); ok {
+			once.Do(func() { close(done) })
+		}
+	}}
+	p := redrive.Pipeline{Name: "p", Stages: []redrive.Stage{{Name: "api", Handle: func(context.Context, *redrive.Item) ([]byte, error) {
+		return nil, retry.RateLimited(errors.New("429 without Retry-After"), 0)
+	}}}}
+	c := startClient(t, openStore(t), cfg, p)
+	if _, err := c.StartRun(context.Background(), "p", items(1), redrive.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("no attempt finished")
+	}
+	fs := c.FlowStates()
+	if len(fs) != 1 || !fs[0].GateClosedUntil.Equal(now.Add(100*time.Millisecond)) {
+		t.Fatalf("flow states %+v, want the gate closed until %v", fs, now.Add(100*time.Millisecond))
+	}
+}
+
+// TestTransportInsideStageLeavesPacingToStage: a Go handler calling through a zero
+// retryhttp.Transport inside a stage whose Timeout is 500 ms, 60 items, 12 workers, against
+// a healthy flakyapi: no item dies and every attempt reached the server, at the stage's
+// defaults and with RateLimit.Off. The transport paces nothing inside the attempt; at the
+// defaults it tells the stage that it calls over the network, and the stage's slow start
+// ramps by time from 10 calls/s (calls 5 to 15 take most of a second, where the window
+// alone lets them through in milliseconds). Before, the transport's slow start waited
+// inside the attempt, under its timeout, and items died of calls never sent.
+func TestTransportInsideStageLeavesPacingToStage(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		rl   redrive.RateLimit
+	}{{"defaults", redrive.RateLimit{}}, {"off", redrive.RateLimit{Off: true}}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const n = 60
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			if err != nil {
+				t.Fatal(err)
+			}
+			var mu sync.Mutex
+			calls := map[string]int{}
+			var arrivals []time.Time
+			h := flaky.NewHandler(flaky.Options{})
+			srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				body, _ := io.ReadAll(r.Body)
+				var req flaky.Request
+				_ = json.Unmarshal(body, &req)
+				mu.Lock()
+				calls[req.Prompt]++
+				arrivals = append(arrivals, time.Now())
+				mu.Unlock()
+				r.Body = io.NopCloser(bytes.NewReader(body))
+				h.ServeHTTP(w, r)
+			})}
+			go func() { _ = srv.Serve(ln) }()
+			t.Cleanup(func() { srv.Close() })
+			url := "http://" + ln.Addr().String() + "/v1/complete"
+			hc := &http.Client{Transport: &retryhttp.Transport{}}
+			handle := func(ctx context.Context, it *redrive.Item) ([]byte, error) {
+				req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(it.Payload))
+				if err != nil {
+					return nil, retry.Final(err)
+				}
+				resp, err := hc.Do(req)
+				if err != nil {
+					return nil, err
+				}
+				defer resp.Body.Close()
+				b, _ := io.ReadAll(resp.Body)
+				if err := retryhttp.StatusError(resp); err != nil {
+					return nil, err
+				}
+				return b, nil
+			}
+			s := openStore(t)
+			cfg := testConfig(nil)
+			cfg.Workers = 12
+			p := redrive.Pipeline{Name: "p", Stages: []redrive.Stage{{Name: "api", Timeout: 500 * time.Millisecond, RateLimit: tc.rl, Handle: handle}}}
+			c := startClient(t, s, cfg, p)
+			its := make([]redrive.NewItem, n)
+			for i := range its {
+				its[i] = redrive.NewItem{Key: fmt.Sprintf("i%d", i), Payload: []byte(fmt.Sprintf(`{"prompt":"i%d"}`, i))}
+			}
+			run, err := c.StartRun(context.Background(), "p", its, redrive.RunOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			r := wait(t, c, run)
+			if r.Counts.Succeeded != n || r.Counts.Dead != 0 {
+				t.Errorf("counts %+v, want %d succeeded", r.Counts, n)
+			}
+			all, err := s.ListItems(context.Background(), redrive.ItemFilter{RunID: run.ID, Limit: 1000})
+			if err != nil {
+				t.Fatal(err)
+			}
+			mu.Lock()
+			defer mu.Unlock()
+			for _, it := range all {
+				as, err := s.Attempts(context.Background(), it.ID)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if calls[it.Key] != len(as) {
+					t.Errorf("item %s: %d attempts, %d requests at the server", it.Key, len(as), calls[it.Key])
+				}
+			}
+			sort.Slice(arrivals, func(i, j int) bool { return arrivals[i].Before(arrivals[j]) })
+			spread := arrivals[14].Sub(arrivals[4])
+			t.Logf("calls 5 to 15 arrived over %v", spread)
+			if tc.name == "defaults" && spread < 600*time.Millisecond {
+				t.Errorf("calls 5 to 15 arrived within %v: the stage's slow start did not ramp from 10 calls/s", spread)
+			}
+		})
+	}
+}
+
+// TestNetworkStagePausesAfterThreeFailures: a stage whose handler calls through a zero
+// retryhttp.Transport pauses (its default breaker opens) after 3 failures in a row, as the
+// transport's host did after 3 before the stage's flow control took over; a stage whose
+// handler may call nothing over the network keeps the default breaker's 20.
+func TestNetworkStagePausesAfterThreeFailures(t *testing.T) {
+	url, calls := serve503(t)
+	opened := make(chan int64, 1)
+	cfg := testConfig(nil)
+	cfg.Workers = 2 // two calls in flight at most: the count at the opening is the threshold's
+	cfg.Observers = []func(redrive.Event){func(ev redrive.Event) {
+		if b, ok := ev.(redrive.BreakerChanged); ok && b.To == retry.BreakerOpen {
+			select {
+			case opened <- calls.Load():
+			default:
+			}
+		}
+	}}
+	p := redrive.Pipeline{Name: "p", Stages: []redrive.Stage{{Name: "api", Handle: getThroughTransport(url)}}}
+	c := startClient(t, openStore(t), cfg, p)
+	if _, err := c.StartRun(context.Background(), "p", items(30), redrive.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-opened:
+		// 3 failures, and at most one more call under way beside the third.
+		if n > 4 {
+			t.Fatalf("the breaker opened after %d calls, want 3 failures in a row (and one in flight)", n)
+		}
+		t.Logf("breaker opened after %d calls", n)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the breaker did not open; %d calls", calls.Load())
+	}
+}
+
+// TestOutageReleasesPacedCalls: when a paced stage's breaker opens, the calls it had let
+// past the breaker and that still wait for their turn go back unattempted: the outage
+// that failed the calls before them would fail them too. At 20 calls/s the stage holds
+// half a second of its rate (11 items) in its pace; before, all of them went out into the
+// outage after the breaker opened.
+func TestOutageReleasesPacedCalls(t *testing.T) {
+	url, calls := serve503(t)
+	probing := make(chan int64, 1)
+	cfg := testConfig(nil)
+	cfg.Workers = 16
+	cfg.Observers = []func(redrive.Event){func(ev redrive.Event) {
+		if b, ok := ev.(redrive.BreakerChanged); ok && b.To == retry.BreakerHalfOpen {
+			select {
+			case probing <- calls.Load():
+			default:
+			}
+		}
+	}}
+	p := redrive.Pipeline{Name: "p", Stages: []redrive.Stage{{Name: "api", RateLimit: redrive.RateLimit{Rate: 20}, Handle: getThroughTransport(url)}}}
+	c := startClient(t, openStore(t), cfg, p)
+	if _, err := c.StartRun(context.Background(), "p", items(40), redrive.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case n := <-probing:
+		// 3 failures open the breaker; a call or two may have started meanwhile.
+		if n > 6 {
+			t.Fatalf("%d calls before the breaker's first probe, want the 3 that opened it and at most a few under way", n)
+		}
+		t.Logf("%d calls before the first probe", n)
+	case <-time.After(30 * time.Second):
+		t.Fatalf("the breaker never probed; %d calls", calls.Load())
+	}
+}
+
+// serve503 starts a loopback server that answers every request 503 without Retry-After
+// and counts them.
+func serve503(t *testing.T) (string, *atomic.Int64) {
+	t.Helper()
+	calls := new(atomic.Int64)
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	return "http://" + ln.Addr().String() + "/", calls
+}
+
+// getThroughTransport is a handler that GETs url through a zero retryhttp.Transport.
+func getThroughTransport(url string) redrive.Handler {
+	hc := &http.Client{Transport: &retryhttp.Transport{}}
+	return func(ctx context.Context, it *redrive.Item) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return nil, retry.Final(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		return nil, retryhttp.StatusError(resp)
+	}
+}
+
+// TestStaleSuccessKeepsBreakerOpen: a call that started before an outage and succeeds
+// after the stage's breaker opened says nothing about the dependency's recovery: the
+// breaker stays open until a probe gets through. It used to close the breaker (a success
+// while open), letting another round of calls into the outage, three times in the first
+// quarter second of the outage benchmark. The handler tells the stage it calls over the
+// network, so 3 failures open the breaker.
+func TestStaleSuccessKeepsBreakerOpen(t *testing.T) {
+	slowStarted := make(chan struct{})
+	slowDone := make(chan struct{})
+	var mu sync.Mutex
+	var changes []string
+	cfg := testConfig(nil)
+	cfg.Workers = 4
+	cfg.Observers = []func(redrive.Event){func(ev redrive.Event) {
+		if b, ok := ev.(redrive.BreakerChanged); ok {
+			mu.Lock()
+			changes = append(changes, b.From.String()+"->"+b.To.String())
+			mu.Unlock()
+		}
+	}}
+	p := redrive.Pipeline{Name: "p", Stages: []redrive.Stage{{Name: "api", Handle: func(ctx context.Context, it *redrive.Item) ([]byte, error) {
+		if p, ok := retry.OuterPacer(ctx); ok && p != nil {
+			p.NetworkDependency()
+		}
+		if it.Key == "slow" {
+			close(slowStarted)
+			time.Sleep(1500 * time.Millisecond)
+			close(slowDone)
+			return nil, nil // started before the outage, answers after the breaker opened
+		}
+		return nil, errors.New("503 service unavailable") // the outage
+	}}}}
+	c := startClient(t, openStore(t), cfg, p)
+	ctx := context.Background()
+	if _, err := c.StartRun(ctx, "p", []redrive.NewItem{{Key: "slow", Payload: []byte(`{}`)}}, redrive.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	<-slowStarted
+	if _, err := c.StartRun(ctx, "p", items(10), redrive.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	<-slowDone
+	// Give the slow call's success time to be recorded, and the claimer to see the
+	// breaker's state after it.
+	time.Sleep(300 * time.Millisecond)
+	mu.Lock()
+	defer mu.Unlock()
+	if len(changes) == 0 || changes[0] != "closed->open" {
+		t.Fatalf("breaker changes %v, want it to open on the outage", changes)
+	}
+	for _, ch := range changes {
+		if strings.HasSuffix(ch, "->closed") {
+			t.Fatalf("breaker changes %v: the success of a call started before the outage closed it", changes)
+		}
+	}
+	t.Logf("breaker changes %v", changes)
+}
