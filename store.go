@@ -25,6 +25,14 @@ type Store interface {
 	// existing item's ID and Existing true. Items with Invalid set are
 	// stored dead with class invalid_input. The insert is atomic.
 	Enqueue(ctx context.Context, req EnqueueRequest) ([]Enqueued, error)
+	// RequestKey returns the binding of a client's idempotency key, or an
+	// error wrapping ErrNotFound when the key is not bound.
+	RequestKey(ctx context.Context, key string) (RequestKey, error)
+	// BindRequestKey binds k.Key to k.Hash and k.RunID (at k.CreatedAt)
+	// unless the key is bound already, and returns the binding the key
+	// has after: k, or the earlier binding, unchanged. The run must exist;
+	// the binding is deleted with it.
+	BindRequestKey(ctx context.Context, k RequestKey) (RequestKey, error)
 
 	// Claim leases up to req.Limit due pending items: state pending,
 	// NextAt at or before req.Now, ordered by priority (higher first), then

@@ -105,6 +105,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"Timeline", testTimeline}, {"LeaseLoads", testLeaseLoads}, {"PauseReason", testPauseReason},
 		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery}, {"OutboxCallbacks", testOutboxCallbacks},
 		{"OutboxOutput", testOutboxOutput},
+		{"RequestKeys", testRequestKeys},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -10,6 +10,7 @@ import (
 	"mime"
 	"net/http"
 	"net/url"
+	"reflect"
 	"slices"
 	"strconv"
 	"strings"
@@ -67,8 +68,27 @@ func writeBad(w http.ResponseWriter, err error) {
 	case errors.As(err, &fe):
 		writeError(w, http.StatusBadRequest, fe.field, fe.Error())
 	default:
-		writeError(w, http.StatusBadRequest, "", err.Error())
+		writeError(w, http.StatusBadRequest, "", userMessage(err))
 	}
+}
+
+// internalNames begin the messages of the packages a request's error may
+// come through (as "postgres: ..."); a client reads what went wrong, not
+// which package said so.
+var internalNames = []string{"redrive", "sqlite", "postgres", "runner", "bad filter"}
+
+// userMessage is err's message without the package names in its chain
+// ("postgres: redrive from: redrive: bad filter: no stage" reads "redrive
+// from: no stage").
+func userMessage(err error) string {
+	parts := strings.Split(err.Error(), ": ")
+	out := parts[:0]
+	for _, p := range parts {
+		if !slices.Contains(internalNames, p) {
+			out = append(out, p)
+		}
+	}
+	return strings.Join(out, ": ")
 }
 
 // Cursors are opaque to clients: a kind letter and an ID, base64url. The
@@ -234,17 +254,117 @@ func (s *server) decodeBodyMax(w http.ResponseWriter, r *http.Request, v any, li
 		switch {
 		case errors.As(err, &te) && te.Field != "":
 			// Fields of the embedded filterBody are named as the body has them.
-			return badField(strings.TrimPrefix(te.Field, "filterBody."), "must be a JSON %s", te.Type)
+			return badField(strings.TrimPrefix(te.Field, "filterBody."), "must be a JSON %s, got a JSON %s", jsonType(te.Type), jsonValue(te.Value))
+		case errors.As(err, &te):
+			return fmt.Errorf("invalid JSON body: must be a JSON object, got a JSON %s", jsonValue(te.Value))
 		case strings.HasPrefix(err.Error(), "json: unknown field "):
 			f := strings.Trim(strings.TrimPrefix(err.Error(), "json: unknown field "), `"`)
 			return badField(f, "unknown field")
 		}
-		return fmt.Errorf("invalid JSON body: %w", err)
+		return syntaxError(data, err)
 	}
 	if dec.More() {
 		return errors.New("invalid JSON body: more than one value")
 	}
 	return nil
+}
+
+// jsonType names the JSON type that a Go type decodes from.
+func jsonType(t reflect.Type) string {
+	for t.Kind() == reflect.Pointer {
+		t = t.Elem()
+	}
+	return jsonKind(t.Kind())
+}
+
+// jsonValue names the kind of JSON value an UnmarshalTypeError found.
+func jsonValue(v string) string {
+	if v == "bool" {
+		return "boolean"
+	}
+	return v
+}
+
+// syntaxError says where in the body a JSON syntax error is, naming the
+// field it is in (items[1].input) when it is in one.
+func syntaxError(data []byte, err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) {
+		return errors.New("invalid JSON body: it ends before its JSON value does (cut short?)")
+	}
+	msg := strings.TrimPrefix(err.Error(), "json: ")
+	if path := syntaxPath(data); path != "" {
+		return badField(path, "not valid JSON: %s", msg)
+	}
+	return fmt.Errorf("invalid JSON body: %s", msg)
+}
+
+// syntaxPath reads data as far as its first syntax error and returns the
+// path of the value the error is in, as the body's fields are named
+// (items[1].input), or "" when the error is not inside a field.
+func syntaxPath(data []byte) string {
+	type frame struct {
+		obj     bool
+		key     string // obj: the field whose value is being read
+		wantKey bool   // obj: a field name comes next
+		idx     int    // array: the index of the element being read
+	}
+	var stack []*frame
+	path := func() string {
+		var b strings.Builder
+		for _, f := range stack {
+			switch {
+			case f.obj && !f.wantKey:
+				if b.Len() > 0 {
+					b.WriteByte('.')
+				}
+				b.WriteString(f.key)
+			case !f.obj && f.idx >= 0:
+				b.WriteString("[" + strconv.Itoa(f.idx) + "]")
+			case f.obj:
+				return b.String()
+			}
+		}
+		return b.String()
+	}
+	dec := json.NewDecoder(bytes.NewReader(data))
+	for {
+		tok, err := dec.Token()
+		if err != nil {
+			if len(stack) > 0 && !stack[len(stack)-1].obj {
+				// The error is in the array's next element.
+				stack[len(stack)-1].idx++
+			}
+			return path()
+		}
+		var top *frame
+		if len(stack) > 0 {
+			top = stack[len(stack)-1]
+		}
+		if d, ok := tok.(json.Delim); ok && (d == '}' || d == ']') {
+			stack = stack[:len(stack)-1]
+			if len(stack) > 0 && stack[len(stack)-1].obj {
+				stack[len(stack)-1].wantKey = true
+			}
+			continue
+		}
+		if top != nil && top.obj && top.wantKey {
+			top.key, top.wantKey = tok.(string), false
+			continue
+		}
+		if top != nil && !top.obj {
+			top.idx++
+		}
+		switch tok {
+		case json.Delim('{'):
+			stack = append(stack, &frame{obj: true, wantKey: true})
+		case json.Delim('['):
+			stack = append(stack, &frame{idx: -1})
+		default:
+			if top != nil && top.obj {
+				top.wantKey = true
+			}
+		}
+	}
 }
 
 // listResponse is a page of a list.
@@ -571,6 +691,9 @@ func (s *server) exportDLQ(w http.ResponseWriter, r *http.Request) {
 			q.fail(badField("limit", "must be a positive integer, got %q", v))
 		}
 		f.Limit = n
+	}
+	if !f.Since.IsZero() && !f.Until.IsZero() && f.Until.Before(f.Since) {
+		q.fail(badField("until", "is before since"))
 	}
 	if q.err != nil {
 		writeBad(w, q.err)

@@ -66,9 +66,14 @@ type submitItem struct {
 
 // submittedItem is the result of submitting one item.
 type submittedItem struct {
-	ID       int64  `json:"id"`
-	Key      string `json:"key,omitempty"`
-	Existing bool   `json:"existing"`
+	ID  int64  `json:"id"`
+	Key string `json:"key,omitempty"`
+	// Existing is true when an item with the key existed: it was not
+	// added again, and ID is that item's.
+	Existing bool `json:"existing"`
+	// RunID is the run the item belongs to: the request's, or, for an
+	// existing item, the run it was first submitted to.
+	RunID int64 `json:"run_id,omitempty"`
 }
 
 // submitResponse is the response of every submit endpoint.
@@ -227,11 +232,12 @@ func jsonKind(k reflect.Kind) string {
 		return "string"
 	case reflect.Bool:
 		return "boolean"
-	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64:
+	case reflect.Int, reflect.Int8, reflect.Int16, reflect.Int32, reflect.Int64,
+		reflect.Uint, reflect.Uint8, reflect.Uint16, reflect.Uint32, reflect.Uint64:
 		return "integer"
 	case reflect.Float32, reflect.Float64:
 		return "number"
-	case reflect.Slice:
+	case reflect.Slice, reflect.Array:
 		return "array"
 	}
 	return "object"
@@ -278,14 +284,19 @@ func (s *server) submitted(run redrive.Run, created bool, items []redrive.NewIte
 		if e.Existing {
 			out.Existing++
 		} else {
+			out.Items[i].RunID = run.ID
 			out.Added++
 		}
 	}
 	return out
 }
 
-// submit adds items to run and answers with the run as it is after.
-func (s *server) submit(w http.ResponseWriter, r *http.Request, run redrive.Run, created bool, ref PipelineRef, items []redrive.NewItem) {
+// submit binds the request's key (rk) to the request and run, adds items
+// to run and answers with the run as it is after.
+func (s *server) submit(w http.ResponseWriter, r *http.Request, run redrive.Run, created bool, ref PipelineRef, items []redrive.NewItem, rk requestKey) {
+	if !s.bind(w, r, rk, run, created) {
+		return
+	}
 	// A submit that reached the store finishes even if the client goes
 	// away: its retry then finds the items. Without a cancelable context
 	// the SQLite driver also skips watching each statement for
@@ -301,12 +312,101 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, run redrive.Run,
 		return
 	}
 	resp := s.submitted(run, created, items, res)
+	if resp.Existing > 0 {
+		s.existingRuns(ctx, &resp)
+	}
+	if created && len(items) > 0 && resp.Added == 0 {
+		// Every item existed: the run this request created has nothing to
+		// do, and nothing would ever finish it.
+		resp.Run = s.finishEmpty(ctx, resp.Run, noNewItems(resp))
+	}
 	s.opts.Logger.Info("web: submit", "run", run.ID, "pipeline", run.Pipeline, "added", resp.Added, "existing", resp.Existing)
 	code := http.StatusOK
 	if created {
 		code = http.StatusCreated
 	}
+	if rk.replay {
+		w.Header().Set(ReplayedHeader, "true")
+	}
 	writeJSON(w, code, resp)
+}
+
+// existingRuns fills in the runs of the items of resp that existed before,
+// so that a client learns where its items went. A failed read leaves them
+// out: the items were submitted all the same.
+func (s *server) existingRuns(ctx context.Context, resp *submitResponse) {
+	var ids []int64
+	for _, it := range resp.Items {
+		if it.Existing {
+			ids = append(ids, it.ID)
+		}
+	}
+	found, err := s.store.ListItems(ctx, redrive.ItemFilter{IDs: ids, Limit: len(ids)})
+	if err != nil {
+		s.opts.Logger.Warn("web: submit: reading the runs of existing items failed", "error", err)
+		return
+	}
+	runOf := make(map[int64]int64, len(found))
+	for _, it := range found {
+		runOf[it.ID] = it.RunID
+	}
+	for i, it := range resp.Items {
+		if it.Existing {
+			resp.Items[i].RunID = runOf[it.ID]
+		}
+	}
+}
+
+// noNewItems is the reason of a run finished at once because every item
+// submitted with it existed already.
+func noNewItems(resp submitResponse) string {
+	var runs []string
+	for _, it := range resp.Items {
+		if r := strconv.FormatInt(it.RunID, 10); it.RunID != 0 && !slices.Contains(runs, r) {
+			runs = append(runs, r)
+		}
+	}
+	where := ""
+	switch {
+	case len(runs) == 1:
+		where = " (of run " + runs[0] + ")"
+	case len(runs) > 1 && len(runs) <= 5:
+		where = " (of runs " + strings.Join(runs, ", ") + ")"
+	case len(runs) > 5:
+		where = " (of runs " + strings.Join(runs[:5], ", ") + ", ...)"
+	}
+	if len(resp.Items) == 1 {
+		return "no new items: the submitted item's key is that of an existing item" + where
+	}
+	return fmt.Sprintf("no new items: the keys of all %d submitted items are those of existing items%s", len(resp.Items), where)
+}
+
+// finishEmpty finishes run, which a request created and left empty, as
+// completed with reason, so that it does not stay running with nothing to
+// run (the engine finishes runs when their items finish, and an empty run
+// has none). It returns the run as it is after.
+func (s *server) finishEmpty(ctx context.Context, run redrive.Run, reason string) redrive.Run {
+	ok, err := s.store.FinishRun(ctx, run.ID, redrive.RunCompleted, reason, s.opts.Now())
+	if err != nil {
+		s.opts.Logger.Error("web: finishing an empty run failed", "run", run.ID, "error", err)
+		return run
+	}
+	after, err := s.store.GetRun(ctx, run.ID)
+	if err != nil {
+		s.opts.Logger.Error("web: reading an empty run failed", "run", run.ID, "error", err)
+		return run
+	}
+	if ok && after.Status == redrive.RunCompleted && after.Counts.Total > 0 {
+		// Another request added items to the run (by its name) between
+		// this one's insert and the finish: reopen it, as a submit
+		// reopens a finished run it adds to.
+		if err := s.store.SetRunStatus(ctx, run.ID, redrive.RunRunning, "", s.opts.Now()); err != nil {
+			s.opts.Logger.Error("web: reopening a run failed", "run", run.ID, "error", err)
+			return after
+		}
+		after.Status, after.FinishedAt, after.Reason = redrive.RunRunning, time.Time{}, ""
+	}
+	return after
 }
 
 // POST /api/v1/runs: create a run (or, with a name or Idempotency-Key
@@ -340,8 +440,8 @@ func (s *server) createRun(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, badField("name", "must be printable text of at most %d bytes", MaxKeyBytes))
 		return
 	}
-	if err := opts.Validate(); err != nil {
-		writeBad(w, badField(runOptionField(err), "%s", strings.TrimPrefix(err.Error(), "redrive: ")))
+	if err := checkRunOptions(opts); err != nil {
+		writeBad(w, err)
 		return
 	}
 	items, err := s.items(req.Items, idem)
@@ -352,26 +452,48 @@ func (s *server) createRun(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
+	rk, ok := s.lookUpKey(w, r, idem, canonicalRequest{Endpoint: "POST /api/v1/runs", Pipeline: ref.Name, Run: opts.Name, Options: &opts}, items)
+	if !ok {
+		return
+	}
 	run, created, err := s.store.CreateRun(r.Context(), ref.Name, opts, s.opts.Now())
 	if err != nil {
 		s.fail(w, r, "create run", err)
 		return
 	}
-	s.submit(w, r, run, created, ref, items)
+	s.submit(w, r, run, created, ref, items, rk)
 }
 
-// runOptionField names the body field a RunOptions error is about.
-func runOptionField(err error) string {
-	msg := err.Error()
-	for _, f := range []struct{ opt, field string }{
-		{"PartialThreshold", "partial_threshold"}, {"SuccessThreshold", "success_threshold"},
-		{"FailureBudget", "failure_budget"}, {"MinItems", "min_items"},
-	} {
-		if strings.Contains(msg, f.opt) {
-			return f.field
+// checkRunOptions refuses run options that cannot be right, naming the
+// body's field.
+func checkRunOptions(o redrive.RunOptions) error {
+	for _, f := range []struct {
+		field string
+		v     float64
+	}{{"success_threshold", o.SuccessThreshold}, {"partial_threshold", o.PartialThreshold}, {"failure_budget", o.FailureBudget}} {
+		if !(f.v >= 0 && f.v <= 1) {
+			return badField(f.field, "must be between 0 and 1 (0.95 means 95%%), got %g", f.v)
 		}
 	}
-	return ""
+	if o.MinItems < 0 {
+		return badField("min_items", "must not be negative, got %d", o.MinItems)
+	}
+	succ, partial := o.SuccessThreshold, o.PartialThreshold
+	succNote, partialNote := "", ""
+	if succ == 0 {
+		succ, succNote = redrive.DefaultSuccessThreshold, " (the default)"
+	}
+	if partial == 0 {
+		partial, partialNote = redrive.DefaultPartialThreshold, " (the default)"
+	}
+	if partial > succ {
+		return badField("partial_threshold", "%g%s must not exceed success_threshold %g%s", partial, partialNote, succ, succNote)
+	}
+	if err := o.Validate(); err != nil {
+		// A rule the checks above do not know yet.
+		return errors.New(userMessage(err))
+	}
+	return nil
 }
 
 // POST /api/v1/runs/{id}/items
@@ -414,7 +536,11 @@ func (s *server) addRunItems(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
-	s.submit(w, r, run, false, ref, items)
+	rk, ok := s.lookUpKey(w, r, idem, canonicalRequest{Endpoint: "POST /api/v1/runs/{id}/items", Pipeline: ref.Name, RunID: run.ID}, items)
+	if !ok {
+		return
+	}
+	s.submit(w, r, run, false, ref, items, rk)
 }
 
 // POST /api/v1/pipelines/{name}/items: add items to the pipeline's run
@@ -450,12 +576,16 @@ func (s *server) addPipelineItems(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
+	rk, ok := s.lookUpKey(w, r, idem, canonicalRequest{Endpoint: "POST /api/v1/pipelines/{name}/items", Pipeline: ref.Name, Run: req.Run}, items)
+	if !ok {
+		return
+	}
 	run, created, err := s.store.CreateRun(r.Context(), ref.Name, redrive.RunOptions{Name: req.Run}, s.opts.Now())
 	if err != nil {
 		s.fail(w, r, "add items", err)
 		return
 	}
-	s.submit(w, r, run, created, ref, items)
+	s.submit(w, r, run, created, ref, items, rk)
 }
 
 // GET /api/v1/pipelines: the pipelines that accept items here.

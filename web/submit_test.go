@@ -55,6 +55,7 @@ type submitted struct {
 		ID       int64  `json:"id"`
 		Key      string `json:"key"`
 		Existing bool   `json:"existing"`
+		RunID    int64  `json:"run_id"`
 	} `json:"items"`
 	Added, Existing int
 }
