@@ -82,7 +82,10 @@ func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
 			return fmt.Errorf("redrive: check key: %w", err)
 		}
 		if n == 0 {
-			return badFilter("key", "unknown key %q: no item has it", f.Key)
+			if f.RunID != 0 {
+				return badFilter("key", "unknown key %q: no item of run %d has it (nor %q, as an input line's id)", f.Key, f.RunID, ScopedKey(f.RunID, f.Key))
+			}
+			return badFilter("key", "unknown key %q: no item has it (nor \"<run>/%s\", as an input line's id, in the newest %d runs)", f.Key, f.Key, keyRunsLimit)
 		}
 	}
 	return nil

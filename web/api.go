@@ -506,7 +506,8 @@ func (s *server) listItems(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, q.err)
 		return
 	}
-	if err := redrive.CheckFilter(r.Context(), s.store, f); err != nil {
+	f, err := redrive.ResolveFilter(r.Context(), s.store, f)
+	if err != nil {
 		s.filterFail(w, r, "list items", f, err)
 		return
 	}
@@ -524,7 +525,8 @@ func (s *server) listDLQ(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, q.err)
 		return
 	}
-	if err := redrive.CheckFilter(r.Context(), s.store, f); err != nil {
+	f, err := redrive.ResolveFilter(r.Context(), s.store, f)
+	if err != nil {
 		s.filterFail(w, r, "list dead items", f, err)
 		return
 	}
@@ -703,7 +705,8 @@ func (s *server) exportDLQ(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
-	if err := redrive.CheckFilter(r.Context(), s.store, f); err != nil {
+	f, err := redrive.ResolveFilter(r.Context(), s.store, f)
+	if err != nil {
 		s.filterFail(w, r, "export", f, err)
 		return
 	}
@@ -836,7 +839,8 @@ func (s *server) redrive(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
-	if err := redrive.CheckFilter(r.Context(), s.store, f); err != nil {
+	f, err = redrive.ResolveFilter(r.Context(), s.store, f)
+	if err != nil {
 		s.filterFail(w, r, "redrive", f, err)
 		return
 	}
@@ -901,7 +905,8 @@ func (s *server) purge(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, err)
 		return
 	}
-	if err := redrive.CheckFilter(r.Context(), s.store, f); err != nil {
+	f, err = redrive.ResolveFilter(r.Context(), s.store, f)
+	if err != nil {
 		s.filterFail(w, r, "purge", f, err)
 		return
 	}

@@ -59,7 +59,7 @@ func (s *server) cancelItems(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	f.States = []redrive.State{redrive.StatePending}
-	if !s.checkActionFilter(w, r, "cancel", f) {
+	if f, err = s.checkActionFilter(w, r, "cancel", f); err != nil {
 		return
 	}
 	if req.DryRun {
@@ -93,7 +93,7 @@ func (s *server) retryNow(w http.ResponseWriter, r *http.Request) {
 	}
 	now := s.opts.Now()
 	f.States = []redrive.State{redrive.StatePending}
-	if !s.checkActionFilter(w, r, "retry now", f) {
+	if f, err = s.checkActionFilter(w, r, "retry now", f); err != nil {
 		return
 	}
 	f.DueAfter = now
@@ -115,14 +115,16 @@ func (s *server) retryNow(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, dlqResponse{Count: n, Warning: warning})
 }
 
-// checkActionFilter answers a filter that names what does not exist and
-// reports whether the action may go on.
-func (s *server) checkActionFilter(w http.ResponseWriter, r *http.Request, op string, f redrive.ItemFilter) bool {
-	if err := redrive.CheckFilter(r.Context(), s.store, f); err != nil {
+// checkActionFilter answers a filter that names what does not exist, and
+// otherwise returns the filter to act with (its key resolved, see
+// redrive.ResolveKey); a non-nil error means the answer was written.
+func (s *server) checkActionFilter(w http.ResponseWriter, r *http.Request, op string, f redrive.ItemFilter) (redrive.ItemFilter, error) {
+	rf, err := redrive.ResolveFilter(r.Context(), s.store, f)
+	if err != nil {
 		s.filterFail(w, r, op, f, err)
-		return false
+		return f, err
 	}
-	return true
+	return rf, nil
 }
 
 // dryCount answers a dry run with how many items f selects.

@@ -367,7 +367,7 @@ func (s *server) fail(w http.ResponseWriter, r *http.Request, op string, err err
 		writeError(w, code, fe.Field, fe.Msg)
 		return
 	}
-	writeError(w, code, "", err.Error())
+	writeError(w, code, "", userMessage(err))
 }
 
 // notFoundMessage says which run or item of the request does not exist.

@@ -118,7 +118,7 @@ interrupted export leaves no partial file). The count goes to stderr.`,
 			return flagErrorf("out", "empty file name: give a path, or leave --out out for stdout")
 		}
 		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
-			if err := checkFilter(ctx, s, f); err != nil {
+			if f, err = resolveFilter(ctx, s, f); err != nil {
 				return err
 			}
 			if out == "" || out == "-" {
@@ -311,7 +311,7 @@ says so when no live worker serves it (see ` + "`redrive workers`" + `).`,
 			return flagErrorf("from-stage", "empty stage name: name a stage, or leave --from-stage out")
 		}
 		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
-			if err := checkFilter(ctx, s, f); err != nil {
+			if f, err = resolveFilter(ctx, s, f); err != nil {
 				return err
 			}
 			n, err := redrive.Redrive(ctx, s, f, redrive.RedriveOptions{DryRun: true, FromStage: fromStage})
@@ -368,7 +368,7 @@ their attempt history. This cannot be undone: export them first
 			return err
 		}
 		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
-			if err := checkFilter(ctx, s, f); err != nil {
+			if f, err = resolveFilter(ctx, s, f); err != nil {
 				return err
 			}
 			n, err := redrive.Purge(ctx, s, f, true)

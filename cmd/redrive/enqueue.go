@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -30,6 +31,10 @@ type enqueueResult struct {
 	Existing int    `json:"existing"`
 	// Invalid counts the lines that were not JSON, recorded dead.
 	Invalid int `json:"invalid"`
+	// Warning says when no live worker serves the pipeline (the items
+	// stay pending until one runs), or when the first stage given by
+	// --stage could not be checked.
+	Warning string `json:"warning,omitempty"`
 }
 
 func newEnqueueCmd() *cobra.Command {
@@ -44,7 +49,12 @@ func newEnqueueCmd() *cobra.Command {
 workers (redrive serve --pipeline, or a Go program) process them.
 
 PIPELINE is a pipeline file (.yaml or .yml, whose name and first stage are
-used) or a pipeline's name with --stage naming its first stage. Items are
+used) or a pipeline's name with --stage naming its first stage. A name is
+checked against what the database knows: a pipeline that has no run and
+that no live worker serves, or a --stage that is not the first stage its
+items started at, is refused (give its pipeline file instead). The command
+warns when no live worker serves the pipeline: the items stay pending until
+one runs (redrive serve --pipeline FILE, redrive run, or your program). Items are
 read as by ` + "`redrive run`" + `: one JSON value per line, identified by its "id"
 field or a hash of the line; lines that are not JSON are recorded dead
 (class invalid_input). The run is --run, by default "<pipeline>:<input file
@@ -87,6 +97,10 @@ and how many existed.`,
 				}
 				return err
 			}
+			if len(lines) == 0 {
+				// A run of no items would never finish: nothing to enqueue.
+				return flagErrorf("input", "%s holds no items (no line with a JSON value): nothing to enqueue", input)
+			}
 			ctx := cmd.Context()
 			s, closeStore, err := openStore(ctx, dbConfigFrom(ctx).URL)
 			if err != nil {
@@ -94,6 +108,14 @@ and how many existed.`,
 			}
 			defer closeStore()
 			return func() error {
+				var warnings []string
+				if stage != "" {
+					w, err := checkStage(ctx, s, name, first)
+					if err != nil {
+						return err
+					}
+					warnings = append(warnings, w...)
+				}
 				now := time.Now()
 				run, _, err := s.CreateRun(ctx, name, runOpts, now)
 				if err != nil {
@@ -104,7 +126,7 @@ and how many existed.`,
 					batch := lines[start:min(start+enqueueBatch, len(lines))]
 					items := make([]redrive.NewItem, len(batch))
 					for i, l := range batch {
-						items[i] = redrive.NewItem{Key: runner.ItemKey(run.ID, l.ID), Payload: l.Payload, Invalid: l.Invalid}
+						items[i] = redrive.NewItem{Key: runner.ItemKey(run.ID, l.ID), Payload: l.Payload, Invalid: l.Invalid, OrderAt: l.OrderAt}
 					}
 					var out []redrive.Enqueued
 					run, out, err = redrive.Submit(ctx, s, run, first, items, time.Now())
@@ -123,7 +145,21 @@ and how many existed.`,
 						}
 					}
 				}
+				if res.Added > res.Invalid {
+					live, err := redrive.LiveWorkers(ctx, s, name, time.Now())
+					if err != nil {
+						return fmt.Errorf("enqueue: look for workers: %w", err)
+					}
+					if len(live) == 0 {
+						warnings = append(warnings, fmt.Sprintf("no live worker serves pipeline %s: its %s stay pending until one runs "+
+							"(`redrive serve --pipeline FILE`, `redrive run` of its file, or your program's worker; see `redrive workers`)", name, plural(res.Added-res.Invalid, "new item")))
+					}
+				}
+				res.Warning = strings.Join(warnings, "; ")
 				out := cmd.OutOrStdout()
+				for _, w := range warnings {
+					fmt.Fprintf(cmd.ErrOrStderr(), "warning: %s\n", w)
+				}
 				if asJSON {
 					return json.NewEncoder(out).Encode(res)
 				}
@@ -164,4 +200,64 @@ func enqueueTarget(arg, stage string) (name, first string, err error) {
 		return "", "", usageErrorf("empty pipeline name")
 	}
 	return arg, stage, nil
+}
+
+// checkStage checks a pipeline given by name and its first stage given by
+// --stage against what the database knows, since no pipeline file says
+// what they are: the stage the newest items of the pipeline started at,
+// and the live workers that serve it. A pipeline that nothing knows, or a
+// stage that is not the one its items start at, is refused: items at a
+// stage no worker has would stay pending for ever. When the pipeline is
+// served but has no items yet, the stage cannot be checked, which the
+// returned warning says.
+func checkStage(ctx context.Context, s redrive.Store, pipeline, stage string) (warnings []string, err error) {
+	known, err := firstStage(ctx, s, pipeline)
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: check --stage: %w", err)
+	}
+	if known != "" {
+		if known != stage {
+			return nil, flagErrorf("stage", "pipeline %s starts at stage %q (where its items start), not %q: name its first stage, or give its pipeline file", pipeline, known, stage)
+		}
+		return nil, nil
+	}
+	live, err := redrive.LiveWorkers(ctx, s, pipeline, time.Now())
+	if err != nil {
+		return nil, fmt.Errorf("enqueue: look for workers: %w", err)
+	}
+	if len(live) == 0 {
+		return nil, usageErrorf("unknown pipeline %q: no item of it is stored and no live worker serves it, so nothing says that %q is its first stage; give its pipeline file (redrive enqueue %s.yaml ...), or start its worker first", pipeline, stage, pipeline)
+	}
+	return []string{fmt.Sprintf("--stage %q of pipeline %s is not checked: no item of the pipeline is stored yet; if its workers have no such stage, the items wait", stage, pipeline)}, nil
+}
+
+// firstStage returns the stage at which the items of the pipeline's newest
+// runs started, or "" when none is stored: an item's stage when it is
+// still at its first, else the stage of its first attempt.
+func firstStage(ctx context.Context, s redrive.Store, pipeline string) (string, error) {
+	runs, err := s.ListRuns(ctx, redrive.RunFilter{Pipeline: pipeline, Limit: 5})
+	if err != nil {
+		return "", err
+	}
+	for _, r := range runs {
+		items, err := s.ListItems(ctx, redrive.ItemFilter{RunID: r.ID, Pipeline: pipeline, Limit: 1})
+		if err != nil {
+			return "", err
+		}
+		for _, it := range items {
+			if it.StageIndex == 0 {
+				return it.Stage, nil
+			}
+			atts, err := s.Attempts(ctx, it.ID)
+			if err != nil {
+				return "", err
+			}
+			for _, a := range atts {
+				if a.StageIndex == 0 {
+					return a.Stage, nil
+				}
+			}
+		}
+	}
+	return "", nil
 }

@@ -163,3 +163,58 @@ func TestServeTokenFileErrors(t *testing.T) {
 	r = mustRun(t, 2, "--db", "sqlite:"+filepath.Join(dir, "x.db"), "serve", "--accept", "nostage")
 	wantContains(t, "stderr", r.stderr, "--accept", "NAME:FIRST_STAGE")
 }
+
+// TestEnqueueChecksPipeline checks that `redrive enqueue` refuses a
+// pipeline given by name that nothing knows, a --stage that is not the
+// first stage its items start at, and an input without items, changing
+// nothing; and that it warns, on stderr and in --json, when no live worker
+// serves the pipeline. It used to create runs whose items no worker would
+// ever take.
+func TestEnqueueChecksPipeline(t *testing.T) {
+	t.Parallel()
+	dir := t.TempDir()
+	db := "sqlite:" + filepath.Join(dir, "redrive.db")
+	yaml := filepath.Join(dir, "echo.yaml")
+	if err := os.WriteFile(yaml, []byte("name: echo\nstages:\n  - name: shout\n    exec:\n      command: cat\n  - name: again\n    exec:\n      command: cat\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	input := filepath.Join(dir, "items.jsonl")
+	if err := os.WriteFile(input, []byte("{\"id\":\"a\"}\n{\"id\":\"b\"}\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	empty := filepath.Join(dir, "empty.jsonl")
+	if err := os.WriteFile(empty, []byte("\n\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	runs := func() string {
+		t.Helper()
+		return mustRun(t, 0, "--db", db, "runs", "list", "--json").stdout
+	}
+
+	r := mustRun(t, 2, "--db", db, "enqueue", "ehco", "--stage", "shout", "--input", input)
+	wantContains(t, "unknown pipeline", r.stderr, `unknown pipeline "ehco"`, "no live worker serves it", "pipeline file")
+	r = mustRun(t, 2, "--db", db, "enqueue", yaml, "--input", empty)
+	wantContains(t, "empty input", r.stderr, "--input", "no items")
+	if got := runs(); strings.TrimSpace(got) != "[]" {
+		t.Fatalf("refused enqueues made runs: %s", got)
+	}
+
+	// From its file: accepted, with a warning, since nothing serves echo.
+	var res enqueueResult
+	r = mustRun(t, 0, "--db", db, "enqueue", yaml, "--input", input, "--json")
+	decodeJSON(t, r, &res)
+	wantContains(t, "no worker", r.stderr, "warning: no live worker serves pipeline echo", "2 new items stay pending")
+	if !strings.Contains(res.Warning, "no live worker serves pipeline echo") || res.Added != 2 {
+		t.Errorf("JSON result = %+v", res)
+	}
+
+	// By name, the stage is checked against where echo's items start.
+	before := runs()
+	r = mustRun(t, 2, "--db", db, "enqueue", "echo", "--stage", "again", "--input", input, "--run", "second")
+	wantContains(t, "wrong stage", r.stderr, "--stage", `starts at stage "shout"`, `not "again"`)
+	if got := runs(); got != before {
+		t.Errorf("refused enqueue changed the runs:\n%s\n->\n%s", before, got)
+	}
+	r = mustRun(t, 0, "--db", db, "enqueue", "echo", "--stage", "shout", "--input", input, "--run", "second")
+	wantContains(t, "right stage", r.stdout, "2 new")
+}

@@ -94,3 +94,33 @@ func exitCode(err error) int {
 	}
 	return exitFailure
 }
+
+// notFound returns, for an error that wraps redrive.ErrNotFound, the
+// not-found error (exit code 3) "<what> does not exist (<hint>)": the
+// store's own message ("sqlite: get run 42: redrive: not found") names its
+// internals, not what the user asked for. Other errors are wrapped with
+// what.
+func notFound(err error, what, hint string) error {
+	if errors.Is(err, redrive.ErrNotFound) {
+		return exitWith(exitNotFound, fmt.Errorf("%s does not exist (%s)", what, hint))
+	}
+	return fmt.Errorf("%s: %w", what, err)
+}
+
+// errorMessage is the message the command prints for err, after its own
+// "redrive: ": the message without the package prefixes that the program's
+// name already says ("redrive: runner: bad usage: redrive: the named run
+// ..." reads "the named run ...").
+func errorMessage(err error) string {
+	msg := err.Error()
+	for {
+		trimmed := msg
+		for _, p := range []string{"redrive: ", "runner: bad usage: ", "runner: "} {
+			trimmed = strings.TrimPrefix(trimmed, p)
+		}
+		if trimmed == msg {
+			return msg
+		}
+		msg = trimmed
+	}
+}

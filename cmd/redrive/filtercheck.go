@@ -15,7 +15,23 @@ import (
 // 3) or a pipeline, stage or class no item has (exit 2, naming the flag),
 // so that a typo is not answered with "no items match".
 func checkFilter(ctx context.Context, s redrive.Store, f redrive.ItemFilter) error {
-	err := redrive.CheckFilter(ctx, s, f)
+	return filterErr(f, redrive.CheckFilter(ctx, s, f))
+}
+
+// resolveFilter is checkFilter that also returns the filter to use: with
+// --key as the user gave it resolved to the key the store holds (an input
+// line's id, which `redrive run` and `enqueue` scope to its run; see
+// redrive.ResolveKey).
+func resolveFilter(ctx context.Context, s redrive.Store, f redrive.ItemFilter) (redrive.ItemFilter, error) {
+	r, err := redrive.ResolveFilter(ctx, s, f)
+	if err != nil {
+		return f, filterErr(f, err)
+	}
+	return r, nil
+}
+
+// filterErr is the command's error for a filter that CheckFilter refused.
+func filterErr(f redrive.ItemFilter, err error) error {
 	var fe *redrive.FilterError
 	switch {
 	case err == nil:

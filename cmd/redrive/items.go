@@ -229,7 +229,8 @@ func printItems(cmd *cobra.Command, ff *filterFlags, asJSON bool, writeTable fun
 		return err
 	}
 	return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
-		if err := checkFilter(ctx, s, f); err != nil {
+		f, err := resolveFilter(ctx, s, f)
+		if err != nil {
 			return err
 		}
 		items, err := listItems(ctx, s, f)
@@ -270,23 +271,89 @@ func writeItemsTable(w io.Writer, items []redrive.Item) error {
 }
 
 func newItemsShowCmd() *cobra.Command {
+	var (
+		key, pipeline string
+		run           int64
+	)
 	cmd := &cobra.Command{
-		Use:   "show ID",
+		Use:   "show ID | --key KEY",
 		Short: "Show one item and its attempt timeline",
 		Long: `Show one item and its attempt timeline: for each attempt its stage, number,
 outcome, error class and message, start time, duration, the delay chosen
 after it before the next attempt, and the hash of the stage configuration
-that made it (CONFIG: the attempts after a policy change show a new hash).`,
-		Args: oneID("item"),
+that made it (CONFIG: the attempts after a policy change show a new hash).
+
+The item is given by its ID, or by --key: the key it was submitted with, or
+the id of its input line (redrive run and redrive enqueue store it as
+"<run>/<id>"; the id alone is found in its run). --run and --pipeline narrow
+the search when an id is in several runs.`,
+		Example: `  redrive items show 42
+  redrive items show --key doc-00012
+  redrive items show --key doc-00012 --run 3`,
+		Args: func(cmd *cobra.Command, args []string) error {
+			if key != "" || cmd.Flags().Changed("key") {
+				if len(args) > 0 {
+					return usageErrorf("%s takes an item ID or --key, not both", cmd.CommandPath())
+				}
+				return nil
+			}
+			if cmd.Flags().Changed("run") || cmd.Flags().Changed("pipeline") {
+				return usageErrorf("--run and --pipeline narrow --key: give --key, or an item ID alone")
+			}
+			return oneID("item")(cmd, args)
+		},
 	}
+	cmd.Flags().StringVar(&key, "key", "", "the item's key, or its input line's id")
+	cmd.Flags().Int64Var(&run, "run", 0, "with --key: look in this run only")
+	cmd.Flags().StringVar(&pipeline, "pipeline", "", "with --key: look in this pipeline only")
 	asJSON := addJSONFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, args []string) error {
-		id, _ := parseID(args[0])
-		return withStore(cmd, func(_ context.Context, s redrive.Store) error {
+		if len(args) == 1 {
+			id, _ := parseID(args[0])
+			return withStore(cmd, func(_ context.Context, s redrive.Store) error {
+				return showItem(cmd, s, id, *asJSON, nil)
+			})
+		}
+		if key == "" {
+			return flagErrorf("key", "empty key: give the item's key or its input line's id")
+		}
+		if run < 0 {
+			return flagErrorf("run", "%d is not a run ID: give a positive ID (see `redrive runs list`)", run)
+		}
+		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+			id, err := itemByKey(ctx, s, redrive.ItemFilter{RunID: run, Pipeline: pipeline, Key: key})
+			if err != nil {
+				return err
+			}
 			return showItem(cmd, s, id, *asJSON, nil)
 		})
 	}
 	return cmd
+}
+
+// itemByKey returns the ID of the one item that f's key (as the user gave
+// it) names, or an error that says why there is none or which ones match.
+func itemByKey(ctx context.Context, s redrive.Store, f redrive.ItemFilter) (int64, error) {
+	f, err := resolveFilter(ctx, s, f)
+	if err != nil {
+		return 0, err
+	}
+	f.Limit = 10
+	items, err := s.ListItems(ctx, f)
+	if err != nil {
+		return 0, fmt.Errorf("find key %q: %w", f.Key, err)
+	}
+	switch len(items) {
+	case 0:
+		return 0, exitWith(exitNotFound, fmt.Errorf("no item has key %q", f.Key))
+	case 1:
+		return items[0].ID, nil
+	}
+	names := make([]string, len(items))
+	for i, it := range items {
+		names[i] = fmt.Sprintf("item %d of pipeline %s", it.ID, it.Pipeline)
+	}
+	return 0, flagErrorf("key", "%q is the key of several items (%s): add --pipeline", f.Key, strings.Join(names, ", "))
 }
 
 // itemDetail is the JSON form of `items show` and `dlq show`.
@@ -303,7 +370,7 @@ func showItem(cmd *cobra.Command, s redrive.Store, id int64, asJSON bool, states
 	ctx := cmd.Context()
 	it, err := s.GetItem(ctx, id)
 	if err != nil {
-		return fmt.Errorf("item %d: %w", id, err)
+		return notFound(err, fmt.Sprintf("item %d", id), "see `redrive items list`")
 	}
 	if states != nil && !containsState(states, it.State) {
 		return exitWith(exitNotFound, fmt.Errorf("item %d is not in the dead-letter queue (its state is %s): see `redrive items show %d`", id, it.State, id))

@@ -23,7 +23,7 @@ func main() {
 	defer stop()
 	root := newRootCmd()
 	if err := root.ExecuteContext(ctx); err != nil {
-		fmt.Fprintln(os.Stderr, "redrive:", scrub(err.Error(), rootSecrets(root)...))
+		fmt.Fprintln(os.Stderr, "redrive:", scrub(errorMessage(err), rootSecrets(root)...))
 		stop()
 		os.Exit(exitCode(err))
 	}

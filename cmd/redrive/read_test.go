@@ -135,7 +135,10 @@ func TestRuns(t *testing.T) {
 	}
 
 	r = mustRun(t, 3, f.args("runs", "show", "999")...)
-	wantContains(t, "stderr", r.stderr, "run 999", "not found")
+	wantContains(t, "stderr", r.stderr, "run 999 does not exist")
+	if strings.Contains(r.stderr, "sqlite") || strings.Contains(r.stderr, "redrive: not found") {
+		t.Errorf("runs show of a missing run names the store's internals: %s", r.stderr)
+	}
 	r = mustRun(t, 2, f.args("runs", "show", "abc")...)
 	wantContains(t, "stderr", r.stderr, "run ID", "abc")
 	r = mustRun(t, 2, f.args("runs", "list", "--status", "done")...)

@@ -57,10 +57,12 @@ func newRunsListCmd() *cobra.Command {
 				return writeJSON(cmd.OutOrStdout(), out)
 			}
 			w := cmd.OutOrStdout()
-			t := newTable(w, "ID", "PIPELINE", "NAME", "STATUS", "TOTAL", "SUCCEEDED", "DEAD", "CANCELED", "PENDING", "RUNNING", "SUCCESS", "CREATED")
+			// TOTAL is the sum of the counts after it, purged items
+			// included: they were dead or canceled once.
+			t := newTable(w, "ID", "PIPELINE", "NAME", "STATUS", "TOTAL", "SUCCEEDED", "DEAD", "CANCELED", "PURGED", "PENDING", "RUNNING", "SUCCESS", "CREATED")
 			for _, r := range runs {
 				c := r.Counts
-				t.row(r.ID, r.Pipeline, r.Name, r.Status, c.Total, c.Succeeded, c.Dead, c.Canceled, c.Pending, c.Running, fmtPct(r.SuccessRate()), fmtTime(r.CreatedAt))
+				t.row(r.ID, r.Pipeline, r.Name, r.Status, c.Total, c.Succeeded, c.Dead, c.Canceled, c.Purged, c.Pending, c.Running, fmtPct(r.SuccessRate()), fmtTime(r.CreatedAt))
 			}
 			if err := t.flush(); err != nil {
 				return err
@@ -109,7 +111,7 @@ func newRunsShowCmd() *cobra.Command {
 		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
 			r, err := s.GetRun(ctx, id)
 			if err != nil {
-				return fmt.Errorf("run %d: %w", id, err)
+				return notFound(err, fmt.Sprintf("run %d", id), "see `redrive runs list`")
 			}
 			hist, err := s.RetryHistogram(ctx, id)
 			if err != nil {
