@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -37,7 +38,7 @@ func (s *Store) BindRequestKey(ctx context.Context, k redrive.RequestKey) (redri
 	// Two statements, not one: a conflicting insert waits for the
 	// transaction that bound the key first, and only a statement that
 	// starts after it sees that binding.
-	_, err := s.pool.Exec(ctx, `INSERT INTO `+s.q+`.request_keys (key, hash, run_id, created_at) VALUES ($1, $2, $3, $4)
+	tag, err := s.pool.Exec(ctx, `INSERT INTO `+s.q+`.request_keys (key, hash, run_id, created_at) VALUES ($1, $2, $3, $4)
 		ON CONFLICT (key) DO NOTHING`, k.Key, k.Hash, k.RunID, k.CreatedAt)
 	var pe *pgconn.PgError
 	if errors.As(err, &pe) && pe.Code == "23503" { // foreign_key_violation: no such run
@@ -45,6 +46,11 @@ func (s *Store) BindRequestKey(ctx context.Context, k redrive.RequestKey) (redri
 	}
 	if err != nil {
 		return redrive.RequestKey{}, s.fail("bind request key", err)
+	}
+	if tag.RowsAffected() == 1 {
+		// Bound now, as given (timestamptz keeps microseconds).
+		k.CreatedAt = k.CreatedAt.UTC().Round(time.Microsecond)
+		return k, nil
 	}
 	return s.RequestKey(ctx, k.Key)
 }
