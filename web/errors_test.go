@@ -42,7 +42,10 @@ func TestErrorsNameTheRequestField(t *testing.T) {
 		{"cancel reason type", "POST", fmt.Sprintf("/api/v1/runs/%d/cancel", f.mailRun), adminToken, `{"reason":5}`, 400, "reason", "must be a JSON string, got a JSON number"},
 		{"cancel items ids", "POST", "/api/v1/items/cancel", adminToken, `{"ids":[1,"2"]}`, 400, "ids", "must be a JSON integer"},
 		{"export until before since", "GET", "/api/v1/dlq/export?since=2026-01-02T00:00:00Z&until=2026-01-01T00:00:00Z", readToken, "", 400, "until", "is before since"},
+		{"unknown pipeline", "POST", "/api/v1/runs", submitToken, `{"pipeline":"nope","items":[]}`, 404, "pipeline", `unknown pipeline "nope"`},
+		{"unknown pipeline in path", "POST", "/api/v1/pipelines/nope/items", submitToken, `{"items":[]}`, 404, "name", `unknown pipeline "nope"`},
 		{"missing run", "GET", "/api/v1/runs/9999", readToken, "", 404, "", "run 9999 does not exist"},
+		{"items of a missing run", "POST", "/api/v1/runs/9999/items", submitToken, `{"items":[{"input":1}]}`, 404, "", "run 9999 does not exist"},
 		{"missing item", "GET", "/api/v1/items/9999", readToken, "", 404, "", "item 9999 does not exist"},
 	}
 	for _, tc := range cases {

@@ -120,7 +120,8 @@ func (s *server) pipelineRef(name string) (PipelineRef, error) {
 	if len(names) > 0 {
 		accepted = strings.Join(names, ", ")
 	}
-	return PipelineRef{}, fmt.Errorf("%w: unknown pipeline %q (this server accepts items for: %s)", redrive.ErrNotFound, name, accepted)
+	// The message is the client's answer (404) as it is.
+	return PipelineRef{}, fmt.Errorf("unknown pipeline %q (this server accepts items for: %s)", name, accepted)
 }
 
 // idempotencyKey reads the Idempotency-Key header: a retried request with
