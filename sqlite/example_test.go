@@ -116,5 +116,6 @@ func ExampleStore_MigrationStatus() {
 	// 0016 retained applied: true
 	// 0017 waiting_only applied: true
 	// 0018 attempt_started applied: true
+	// 0019 request_keys applied: true
 	// 0021 outbox_output applied: true
 }
