@@ -119,14 +119,16 @@ func (e *engine) claim(limit int) (int, error) {
 		free int
 	}
 	var caps []capped
+	local := 0
 	e.mu.Lock()
 	for _, name := range e.names {
 		p := e.pipelines[name]
 		for _, s := range p.Stages {
 			k := StageKey{Pipeline: name, Stage: s.Name}
 			f := e.flows[k]
+			var st retry.BreakerState
 			if f != nil && f.breaker != nil {
-				st := f.breaker.State()
+				st = f.breaker.State()
 				if prev := e.breakers[k]; prev != st {
 					e.breakers[k] = st
 					e.mu.Unlock()
@@ -134,6 +136,14 @@ func (e *engine) claim(limit int) (int, error) {
 					e.log.Info("redrive: breaker changed", "pipeline", name, "stage", s.Name, "from", prev.String(), "to", st.String())
 					e.mu.Lock()
 				}
+			}
+			if s.External {
+				// Leased over HTTP by workers elsewhere (external.go).
+				exclude = append(exclude, k)
+				continue
+			}
+			local++
+			if f != nil && f.breaker != nil {
 				switch st {
 				case retry.BreakerOpen:
 					exclude = append(exclude, k)
@@ -175,6 +185,9 @@ func (e *engine) claim(limit int) (int, error) {
 		}
 	}
 	e.mu.Unlock()
+	if local == 0 {
+		return 0, nil
+	}
 
 	total := 0
 	for _, cp := range caps {

@@ -41,6 +41,9 @@ func (s Stage) ConfigHash() string {
 	if s.Dependency != "" {
 		c.text("stage.dependency", s.Dependency)
 	}
+	if s.External {
+		c.flag("stage.external", true)
+	}
 	if r := s.RateLimit; r != (RateLimit{}) {
 		c.number("stage.rate_limit.rate", r.Rate)
 		c.integer("stage.rate_limit.burst", r.Burst)

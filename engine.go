@@ -58,6 +58,9 @@ type engine struct {
 	breakers map[StageKey]retry.BreakerState
 	paused   pausedStages // stages paused by operators (pause.go)
 
+	// ext holds the leases handed out to external workers (external.go).
+	ext externals
+
 	// flows is the flow control of each stage (see flow.go); built at Start and
 	// read without a lock afterwards.
 	flows    map[StageKey]*flow
@@ -280,6 +283,7 @@ func (e *engine) wake() {
 	case e.wakeCh <- struct{}{}:
 	default:
 	}
+	e.ext.broadcast() // external workers waiting for items (external.go)
 }
 
 // stopFlushGrace is how long Stop waits for completions to be written

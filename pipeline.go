@@ -23,8 +23,16 @@ type Handler func(ctx context.Context, item *Item) ([]byte, error)
 type Stage struct {
 	// Name is unique within the pipeline.
 	Name string
-	// Handle does the stage's work.
+	// Handle does the stage's work. Nil for an External stage.
 	Handle Handler
+	// External makes the stage one that workers outside the process do:
+	// the engine never runs it itself; programs in any language lease its
+	// items over HTTP from a server (Client.LeaseExternal, which
+	// `redrive serve` exposes under /api/v1/leases) and report each
+	// result there, under the stage's policy, flow control, breaker and
+	// failure budget as for a Go handler. See docs/workers.md. Default
+	// false: Handle runs the stage in this process.
+	External bool
 	// Policy decides attempts, delays and classification. Its zero value
 	// takes the retry package's defaults: 3 attempts, exponential backoff
 	// from 1 s doubling to at most 60 s with ±20 % jitter. Its attempt,
@@ -115,8 +123,11 @@ func (p Pipeline) Validate() error {
 			return fmt.Errorf("%w: pipeline %q has two stages named %q", ErrInvalidPipeline, p.Name, s.Name)
 		}
 		seen[s.Name] = true
-		if s.Handle == nil {
+		if s.Handle == nil && !s.External {
 			return fmt.Errorf("%w: pipeline %q stage %q has no handler", ErrInvalidPipeline, p.Name, s.Name)
+		}
+		if s.Handle != nil && s.External {
+			return fmt.Errorf("%w: pipeline %q stage %q is external and has a handler: external workers run it, so leave Handle nil", ErrInvalidPipeline, p.Name, s.Name)
 		}
 		if err := s.Policy.Validate(); err != nil {
 			return fmt.Errorf("%w: pipeline %q stage %q: %w", ErrInvalidPipeline, p.Name, s.Name, err)
