@@ -128,5 +128,5 @@ stages:
 	// after attempt 2: 2m0s (1m36s to 2m24s)
 	// after attempt 3: 8m0s (6m24s to 9m36s)
 	// true
-	// pipeline.yaml:4:5: unknown key "retries" (want one of: name, exec, http, retry, timeout, concurrency, rate_limit, burst, max_in_flight, dependency, max_limited)
+	// pipeline.yaml:4:5: unknown key "retries" (want one of: name, exec, http, external, retry, timeout, concurrency, rate_limit, burst, max_in_flight, dependency, max_limited)
 }

@@ -104,24 +104,27 @@ func InputHash(path string) (string, error) {
 }
 
 // Pipeline builds the engine pipeline of a spec. It fails for a stage
-// without exec or http (a policy-only file).
+// without exec, http or external (a policy-only file).
 func (s *Spec) Pipeline() (redrive.Pipeline, error) {
 	p := redrive.Pipeline{Name: s.Name, MaxAttempts: s.MaxAttempts}
 	for i := range s.Stages {
 		st := &s.Stages[i]
-		h, err := s.handler(st)
-		if err != nil {
-			return p, err
+		var h redrive.Handler
+		timeout := time.Duration(st.Timeout)
+		if !st.External {
+			var err error
+			if h, err = s.handler(st); err != nil {
+				return p, err
+			}
+			if timeout == 0 {
+				timeout = DefaultStageTimeout
+			}
 		}
 		pol, err := st.Retry.policy()
 		if err != nil {
 			return p, specError(s.File, err)
 		}
-		timeout := time.Duration(st.Timeout)
-		if timeout == 0 {
-			timeout = DefaultStageTimeout
-		}
-		p.Stages = append(p.Stages, redrive.Stage{Name: st.Name, Handle: h, Policy: pol, Timeout: timeout, Concurrency: st.inFlight(),
+		p.Stages = append(p.Stages, redrive.Stage{Name: st.Name, Handle: h, External: st.External, Policy: pol, Timeout: timeout, Concurrency: st.inFlight(),
 			CountRateLimitWaits: st.Retry.CountRateLimitWaits, RateLimit: st.rateLimit(), Dependency: st.Dependency})
 	}
 	if err := p.Validate(); err != nil {
@@ -169,6 +172,14 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 	pipeline, err := s.Pipeline()
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUsage, err)
+	}
+	for i, st := range s.Stages {
+		if st.External {
+			// Nothing in this process could work it: its workers lease
+			// from a server, and the run would wait for ever.
+			return nil, fmt.Errorf("%w: %s:%d: stage %q is external: its workers lease items from `redrive serve`; serve the pipeline (redrive serve --pipeline %s) and submit the items to it (redrive enqueue or the API)",
+				ErrUsage, s.File, s.Stages[i].Pos.Line, st.Name, s.File)
+		}
 	}
 	lines, err := ReadInput(opts.Input)
 	if err != nil {

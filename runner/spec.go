@@ -80,9 +80,9 @@ type RunSpec struct {
 	Keys map[string]Pos `yaml:"-"`
 }
 
-// StageSpec is one stage of a pipeline file. Exactly one of Exec and HTTP
-// is set for a stage that runs; a file that only describes retry policies
-// (see examples/policies) may leave both unset.
+// StageSpec is one stage of a pipeline file. Exactly one of Exec, HTTP and
+// External is set for a stage that runs; a file that only describes retry
+// policies (see examples/policies) may leave all unset.
 type StageSpec struct {
 	// Name is unique within the pipeline.
 	Name string `yaml:"name"`
@@ -90,6 +90,11 @@ type StageSpec struct {
 	Exec *ExecSpec `yaml:"exec"`
 	// HTTP makes a request per item.
 	HTTP *HTTPSpec `yaml:"http"`
+	// External makes the stage one that long-running workers in any
+	// language do: they lease its items over HTTP from `redrive serve`
+	// (docs/workers.md), under the stage's retry, rate_limit and
+	// concurrency like any stage. Written "external: true". Default false.
+	External bool `yaml:"external"`
 	// Retry is the stage's retry policy.
 	Retry RetrySpec `yaml:"retry"`
 	// Timeout bounds one attempt. Default 0: 5 minutes for exec and
@@ -339,6 +344,9 @@ func (s *Spec) validate() error {
 		seen[st.Name] = true
 		if st.Exec != nil && st.HTTP != nil {
 			return at(keyPos(st.Keys, "http", st.Pos), "stage %q has both exec and http; choose one", st.Name)
+		}
+		if st.External && (st.Exec != nil || st.HTTP != nil) {
+			return at(keyPos(st.Keys, "external", st.Pos), "stage %q is external (worked by workers that lease its items over HTTP) and has exec or http too; choose one", st.Name)
 		}
 		if st.Concurrency < 0 {
 			return at(keyPos(st.Keys, "concurrency", st.Pos), "concurrency %d must not be negative", st.Concurrency)
