@@ -24,6 +24,9 @@ const (
 	ScopeSubmit Scope = "submit"
 	// ScopeAdmin redrives, purges and cancels.
 	ScopeAdmin Scope = "admin"
+	// ScopeWork leases items of external stages and reports their results
+	// (the workers of docs/workers.md).
+	ScopeWork Scope = "work"
 )
 
 // MinTokenLength is the shortest secret ParseTokens accepts.
@@ -58,8 +61,8 @@ func ParseTokens(r io.Reader, source string) ([]Token, error) {
 		t := Token{Name: f[0], Secret: f[2]}
 		for s := range strings.SplitSeq(f[1], ",") {
 			sc := Scope(s)
-			if sc != ScopeRead && sc != ScopeSubmit && sc != ScopeAdmin {
-				return nil, fmt.Errorf("%s:%d: token %q: unknown scope %q (read, submit or admin)", source, n, t.Name, s)
+			if sc != ScopeRead && sc != ScopeSubmit && sc != ScopeAdmin && sc != ScopeWork {
+				return nil, fmt.Errorf("%s:%d: token %q: unknown scope %q (read, submit, admin or work)", source, n, t.Name, s)
 			}
 			t.Scopes = append(t.Scopes, sc)
 		}

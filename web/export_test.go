@@ -5,7 +5,7 @@ package web
 func RoutePatterns() []string {
 	s := &server{}
 	out := []string{"GET /healthz", "GET /readyz", "GET /metrics"}
-	for _, r := range append(append(s.routes(), s.consoleRoutes()...), s.pendingRoutes()...) {
+	for _, r := range append(append(append(s.routes(), s.consoleRoutes()...), s.pendingRoutes()...), s.leaseRoutes()...) {
 		out = append(out, r.pattern)
 	}
 	return out

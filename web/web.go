@@ -4,7 +4,7 @@
 //	h := web.NewHandler(store, web.Options{Token: os.Getenv("REDRIVE_API_TOKEN")})
 //	err := web.Serve(ctx, "127.0.0.1:8080", h)
 //
-// Every endpoint needs a scope (see Scope): read, submit or admin. Tokens
+// Every endpoint needs a scope (see Scope): read, submit, admin or work. Tokens
 // are sent as "Authorization: Bearer <token>". Read endpoints are open
 // until a token with the read scope is configured: bind to loopback, or
 // configure one, when the data is sensitive. Submit and admin endpoints are
@@ -90,6 +90,11 @@ type Options struct {
 	// short query each time, no connection held in between. A run's end is
 	// answered at most this late. Default 500 ms.
 	WaitPollInterval time.Duration
+	// Work returns the started client whose External stages workers lease
+	// over POST /api/v1/leases (docs/workers.md), or nil while none runs;
+	// it is asked at every request, so that a reload may replace the
+	// client. Default nil: those endpoints answer 503.
+	Work func() *redrive.Client
 	// Metrics, when set, is mounted at GET /metrics (for example
 	// promhttp.HandlerFor(registry, promhttp.HandlerOpts{})).
 	// Default nil: no /metrics route.
@@ -215,7 +220,7 @@ func NewHandler(store redrive.Store, opts Options) http.Handler {
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
 	}
-	for _, rt := range append(append(s.routes(), s.consoleRoutes()...), s.pendingRoutes()...) {
+	for _, rt := range append(append(append(s.routes(), s.consoleRoutes()...), s.pendingRoutes()...), s.leaseRoutes()...) {
 		handle(rt.pattern, s.require(rt.scope, rt.h))
 	}
 	// One pattern per method rather than one for the whole path: a path

@@ -52,8 +52,8 @@ readiness (the database answers) at /readyz, the JSON API under /api/v1/ and
 the web UI at /, until interrupted (SIGINT or SIGTERM), then shut down
 gracefully and exit 0.
 
-Every endpoint needs a scope: read, submit (create runs, add items) or admin
-(cancel, redrive, purge), granted by tokens sent as "Authorization: Bearer
+Every endpoint needs a scope: read, submit (create runs, add items), admin
+(cancel, redrive, purge) or work (external workers lease items), granted by tokens sent as "Authorization: Bearer
 TOKEN". Tokens come from --token-file FILE and the REDRIVE_API_TOKENS
 environment variable, one per line (or ";"-separated in the variable) as
 "name scope[,scope] token"; several may grant a scope, to rotate them. The
@@ -80,7 +80,9 @@ the work. A pipeline file's webhook: section sends its notifications
 workers stop gracefully and start again with the new configuration; when
 one does not, the error is logged and the old configuration keeps running.
 On interrupt the workers stop claiming, let running attempts finish for up
-to 30s and return the rest to pending. Pipelines written in Go run in the host program that registers
+to 30s and return the rest to pending. A stage written "external: true" is
+worked by long-running workers in any language, which lease its items at
+POST /api/v1/leases with a work token (docs/workers.md). Pipelines written in Go run in the host program that registers
 them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		Example: `  redrive serve --db sqlite:redrive.db --addr 127.0.0.1:8080
   redrive serve --db sqlite:redrive.db --pipeline ocr.yaml --workers 8
@@ -92,7 +94,7 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 	cmd.Flags().StringVar(&addr, "addr", web.DefaultAddr, "address to listen on (host:port; port 0 picks a free port)")
 	cmd.Flags().StringVar(&token, "token", "", "bearer token for the API's write endpoints (env "+envAPIToken+"; prefer the environment, flags show in ps)")
 	cmd.Flags().BoolVar(&migrate, "migrate", false, "apply pending PostgreSQL migrations before serving, and create a SQLite file that does not exist (SQLite always migrates)")
-	cmd.Flags().StringVar(&tokenFile, "token-file", "", `file of scoped API tokens, lines "name scope[,scope] token" (scopes: read, submit, admin; env `+envAPITokens+` too)`)
+	cmd.Flags().StringVar(&tokenFile, "token-file", "", `file of scoped API tokens, lines "name scope[,scope] token" (scopes: read, submit, admin, work; env `+envAPITokens+` too)`)
 	cmd.Flags().StringArrayVar(&accept, "accept", nil, "accept submitted items for a pipeline worked elsewhere, as NAME:FIRST_STAGE (repeatable)")
 	cmd.Flags().StringArrayVar(&pipelines, "pipeline", nil, "also run workers for the YAML pipeline in this file (repeatable)")
 	cmd.Flags().StringArrayVar(&pipelineDirs, "pipelines", nil, "also run workers for the YAML pipelines of this directory, glob or file (repeatable); SIGHUP reloads them")
@@ -178,6 +180,7 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 			Tokens:         tokens,
 			Pipelines:      refs,
 			CallbackSigned: g.callbackSigned,
+			Work:           g.running.Load,
 			Metrics:        metricsHandler,
 			Observers:      []func(redrive.Event){m.Observe},
 			Logger:         logger,
