@@ -196,10 +196,12 @@ class Worker:
                  items are released.
     name         the worker's name in leases and `redrive workers` (default
                  python:HOST:PID).
+    leasers      lease requests in flight at once (default 2), each for
+                 free threads only.
     """
 
     def __init__(self, pipeline, stage, handler, concurrency=8, url=None, token=None, batch=None,
-                 wait=30.0, lease=30.0, grace=25.0, name=None, timeout=60.0):
+                 wait=30.0, lease=30.0, grace=25.0, name=None, timeout=60.0, leasers=2):
         self.pipeline, self.stage, self.handler = pipeline, stage, handler
         self.concurrency = max(1, int(concurrency))
         self.batch = max(1, min(int(batch or self.concurrency), 1000))
@@ -219,7 +221,9 @@ class Worker:
         self.stopping = threading.Event()
         self.error = None                  # a fatal APIError, raised by run()
         self.counts = {"leased": 0, "completed": 0, "failed": 0, "refused": 0, "released": 0}
-        self._leaser = _Conn(self.url, self.token, timeout)
+        # Two lease requests in flight: one is answered while the other's
+        # items are being worked and reported.
+        self._leasers = [_Conn(self.url, self.token, timeout) for _ in range(max(1, int(leasers)))]
         self._threads = []
 
     # -- lifecycle ---------------------------------------------------------
@@ -229,7 +233,8 @@ class Worker:
             self._spawn(self._handle_loop, f"handler-{i}")
         self._spawn(self._report_loop, "reporter")
         self._spawn(self._heartbeat_loop, "heartbeat")
-        self._spawn(self._lease_loop, "leaser")
+        for i, conn in enumerate(self._leasers):
+            self._spawn(lambda c=conn: self._lease_loop(c), f"leaser-{i}")
         return self
 
     def _spawn(self, fn, name):
@@ -241,7 +246,8 @@ class Worker:
         """Asks the worker to stop: no more leases; run() finishes up."""
         if not self.stopping.is_set():
             self.stopping.set()
-            self._leaser.abort()
+            for c in self._leasers:
+                c.abort()
             with self.lock:
                 self.free.notify_all()
 
@@ -310,27 +316,32 @@ class Worker:
 
     # -- leasing -----------------------------------------------------------
 
-    def _lease_loop(self):
+    def _lease_loop(self, conn):
         failures = 0
         while not self.stopping.is_set():
             with self.lock:
                 # Lease only what free threads start at once: when a thread
                 # idles, or half a batch is free, so that leases go in
-                # batches under load.
+                # batches under load. The slots asked for are reserved, so
+                # that two leasers never ask for the same thread.
                 while not self.stopping.is_set():
                     free = self.concurrency - self.busy
                     if free > 0 and (self.todo.qsize() == 0 or free >= self.batch / 2):
                         break
                     self.free.wait(1.0)
+                if self.stopping.is_set():
+                    return
                 want = min(self.concurrency - self.busy, self.batch)
-            if self.stopping.is_set():
-                return
+                self.busy += want
             body = {"pipeline": self.pipeline, "stage": self.stage, "worker": self.name, "host": socket.gethostname(),
                     "pid": os.getpid(), "max": want, "wait": self.wait, "lease": self.lease}
             try:
-                status, doc = self._leaser.post("/api/v1/leases", body, timeout=self.wait + self.timeout)
+                status, doc = conn.post("/api/v1/leases", body, timeout=self.wait + self.timeout)
             except (OSError, http.client.HTTPException) as e:
-                self._leaser.close()
+                conn.close()
+                with self.lock:
+                    self.busy -= want
+                    self.free.notify_all()
                 if self.stopping.is_set():
                     return
                 failures += 1
@@ -338,6 +349,10 @@ class Worker:
                 log.warning("redrive worker: lease failed: %s; again in %.1fs", e, d)
                 self.stopping.wait(d)
                 continue
+            if status != 200:
+                with self.lock:
+                    self.busy -= want
+                    self.free.notify_all()
             if status in (429, 502, 503, 504) or status >= 500:
                 failures += 1
                 self.stopping.wait(min(5.0, 0.05 * 2 ** failures) * random.uniform(0.5, 1.0))
@@ -347,13 +362,12 @@ class Worker:
                 return
             failures = 0
             jobs = [Job(d) for d in doc.get("leases", [])]
-            if not jobs:
-                continue
             with self.lock:
                 for j in jobs:
                     self.jobs[(j.id, j.token)] = j
-                    self.busy += 1
-            self.counts["leased"] += len(jobs)
+                self.busy -= want - len(jobs)
+                self.free.notify_all()
+                self.counts["leased"] += len(jobs)
             for j in jobs:
                 self.todo.put(j)
 
