@@ -209,6 +209,9 @@ func TestOpenAPIResponses(t *testing.T) {
 		}
 	}
 	for op := range ops {
+		if strings.HasPrefix(op, "POST /api/v1/leases") {
+			continue // checked by TestOpenAPILeases, against a started client
+		}
 		if !ok[op] {
 			t.Errorf("%s: no successful request checked its response", op)
 		}
