@@ -87,7 +87,9 @@ func TestOpenAPILeases(t *testing.T) {
 	if r.code != 200 || len(leased.Leases) != 3 || string(leased.Leases[0].Input) != `{"n":0}` {
 		t.Fatalf("lease: %d %s", r.code, r.body)
 	}
-	ref := func(i int) string { return fmt.Sprintf(`{"id":%d,"token":%d}`, leased.Leases[i].ID, leased.Leases[i].Token) }
+	ref := func(i int) string {
+		return fmt.Sprintf(`{"id":%d,"token":%d}`, leased.Leases[i].ID, leased.Leases[i].Token)
+	}
 	stale := fmt.Sprintf(`{"id":%d,"token":%d}`, leased.Leases[0].ID, leased.Leases[0].Token+1000)
 	complete := fmt.Sprintf(`{"worker":"w","results":[{"id":%d,"token":%d,"output":{"ok":true}}]}`, leased.Leases[0].ID, leased.Leases[0].Token)
 	type req struct {
