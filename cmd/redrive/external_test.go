@@ -112,7 +112,7 @@ func waitRunDone(t *testing.T, url string, id int64, d time.Duration, log func()
 // the test where it is not installed (failing in CI).
 func interpreter(t *testing.T, lang string) string {
 	t.Helper()
-	names := map[string][]string{"python": {"/usr/bin/python3", "python3"}, "node": {"node"}}[lang]
+	names := map[string][]string{"python": {"/usr/bin/python3", "python3"}, "node": {"node"}, "ruby": {"ruby"}}[lang]
 	for _, n := range names {
 		if p, err := exec.LookPath(n); err == nil {
 			return p
@@ -136,7 +136,7 @@ type worker struct {
 // startWorker starts testdata/ext_worker.py or .mjs against url.
 func startWorker(t *testing.T, lang, url string, args ...string) *worker {
 	t.Helper()
-	script := map[string]string{"python": "testdata/ext_worker.py", "node": "testdata/ext_worker.mjs"}[lang]
+	script := map[string]string{"python": "testdata/ext_worker.py", "node": "testdata/ext_worker.mjs", "ruby": "testdata/ext_worker.rb"}[lang]
 	cmd := exec.Command(interpreter(t, lang), append([]string{script}, args...)...)
 	cmd.Env = append(cleanEnv(), "REDRIVE_URL="+url, "REDRIVE_TOKEN="+workToken)
 	w := &worker{cmd: cmd, stdout: &syncBuffer{}, stderr: &syncBuffer{}, done: make(chan error, 1)}
@@ -207,15 +207,15 @@ stages:
     retry: {max_attempts: 3, base: 50ms, max_delay: 100ms}
 `
 
-// TestExternalWorkersRunToCompletion runs the Python and the Node worker
-// library against real serve processes: a pipeline whose first stage is an
+// TestExternalWorkersRunToCompletion runs the Python, Node and Ruby worker
+// libraries against real serve processes: a pipeline whose first stage is an
 // exec stage and whose second is external runs to completion; final
 // failures are dead with their reason, retryable ones retried, rate-limited
 // ones wait without using up an attempt; SIGTERM stops the worker cleanly
 // and removes it from the workers view.
 func TestExternalWorkersRunToCompletion(t *testing.T) {
 	t.Parallel()
-	for _, lang := range []string{"python", "node"} {
+	for _, lang := range []string{"python", "node", "ruby"} {
 		t.Run(lang, func(t *testing.T) {
 			t.Parallel()
 			interpreter(t, lang)
