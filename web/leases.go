@@ -2,7 +2,6 @@ package web
 
 import (
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -97,11 +96,11 @@ type leasedItem struct {
 	Pipeline string `json:"pipeline"`
 	Stage    string `json:"stage"`
 	Attempt  int    `json:"attempt"`
-	// Input is the stage's input when it is JSON (what the API accepts);
-	// InputBase64 holds any other bytes (a Go stage's output).
-	Input       json.RawMessage `json:"input,omitempty"`
-	InputBase64 string          `json:"input_base64,omitempty"`
-	ExpiresAt   time.Time       `json:"expires_at"`
+	// Input is the stage's input as the API shows item bytes: the JSON
+	// value when it is JSON, else a base64 string, as InputEncoding says.
+	Input         json.RawMessage `json:"input"`
+	InputEncoding string          `json:"input_encoding"`
+	ExpiresAt     time.Time       `json:"expires_at"`
 	// Timeout is the stage's timeout in seconds; absent for none.
 	Timeout float64 `json:"timeout,omitempty"`
 }
@@ -167,12 +166,10 @@ func (s *server) leaseItems(w http.ResponseWriter, r *http.Request) {
 		it := l.Item
 		li := leasedItem{ID: it.ID, Token: l.Token, Key: it.Key, Run: it.RunID, Pipeline: it.Pipeline, Stage: it.Stage,
 			Attempt: l.Attempt, ExpiresAt: l.ExpiresAt.UTC(), Timeout: l.Timeout.Seconds()}
-		if len(it.Payload) > 0 && json.Valid(it.Payload) {
-			li.Input = it.Payload
-		} else if len(it.Payload) > 0 {
-			li.InputBase64 = base64.StdEncoding.EncodeToString(it.Payload)
+		if len(it.Payload) == 0 {
+			li.Input, li.InputEncoding = json.RawMessage("null"), redrive.EncodingJSON
 		} else {
-			li.Input = json.RawMessage("null")
+			li.Input, li.InputEncoding = redrive.EncodeBytes(it.Payload)
 		}
 		resp.Leases[i] = li
 	}
@@ -277,8 +274,11 @@ func (s *server) heartbeatLeases(w http.ResponseWriter, r *http.Request) {
 type completion struct {
 	ID    int64 `json:"id"`
 	Token int64 `json:"token"`
-	// Output is the stage's output, any JSON value (null when absent).
-	Output json.RawMessage `json:"output"`
+	// Output is the stage's output, any JSON value (null when absent), or
+	// with OutputEncoding "base64" a base64 string of bytes that are not
+	// JSON.
+	Output         json.RawMessage `json:"output"`
+	OutputEncoding string          `json:"output_encoding"`
 }
 
 // completeRequest is the body of POST /api/v1/leases/complete.
@@ -300,9 +300,24 @@ func (s *server) completeLeases(w http.ResponseWriter, r *http.Request) {
 			writeError(w, http.StatusBadRequest, "results["+strconv.Itoa(i)+"].id", "results["+strconv.Itoa(i)+"].id: must be a positive item ID")
 			return
 		}
-		out := []byte(c.Output)
-		if len(out) == 0 {
-			out = []byte("null")
+		field := "results[" + strconv.Itoa(i) + "]"
+		var out []byte
+		switch c.OutputEncoding {
+		case "", redrive.EncodingJSON:
+			out = []byte(c.Output)
+			if len(out) == 0 {
+				out = []byte("null")
+			}
+		case redrive.EncodingBase64:
+			b, err := redrive.DecodeBytes(c.Output, redrive.EncodingBase64)
+			if err != nil {
+				writeError(w, http.StatusBadRequest, field+".output", field+".output: not a base64 string")
+				return
+			}
+			out = append([]byte{}, b...)
+		default:
+			writeError(w, http.StatusBadRequest, field+".output_encoding", fmt.Sprintf("%s.output_encoding: %q: want json or base64", field, c.OutputEncoding))
+			return
 		}
 		rs[i] = redrive.ExternalResult{Lease: redrive.LeaseRef{ItemID: c.ID, Token: c.Token}, Output: out}
 	}

@@ -159,3 +159,39 @@ func TestOpenAPILeases(t *testing.T) {
 		t.Errorf("item completed twice has %d attempts, want 1", len(as))
 	}
 }
+
+// TestLeaseBytes hands out an input that is not JSON as base64, and takes
+// an output that is not JSON as base64, as the API shows item bytes
+// everywhere.
+func TestLeaseBytes(t *testing.T) {
+	h, c := leaseFixture(t, 0)
+	if _, err := c.StartRun(context.Background(), "ext", []redrive.NewItem{{Payload: []byte("plain text")}}, redrive.RunOptions{Name: "bytes"}); err != nil {
+		t.Fatal(err)
+	}
+	var leased struct {
+		Leases []struct {
+			ID            int64           `json:"id"`
+			Token         int64           `json:"token"`
+			Input         json.RawMessage `json:"input"`
+			InputEncoding string          `json:"input_encoding"`
+		} `json:"leases"`
+	}
+	r := post(t, h, "/api/v1/leases", workToken, `{"pipeline":"ext","stage":"work","worker":"w","wait":5}`)
+	r.json(t, &leased)
+	if len(leased.Leases) != 1 || leased.Leases[0].InputEncoding != "base64" || string(leased.Leases[0].Input) != `"cGxhaW4gdGV4dA=="` {
+		t.Fatalf("lease: %d %s", r.code, r.body)
+	}
+	l := leased.Leases[0]
+	bad := post(t, h, "/api/v1/leases/complete", workToken, fmt.Sprintf(`{"results":[{"id":%d,"token":%d,"output":"%%%%","output_encoding":"base64"}]}`, l.ID, l.Token))
+	if bad.code != 400 || !strings.Contains(string(bad.body), `"results[0].output"`) {
+		t.Errorf("bad base64: %d %s", bad.code, bad.body)
+	}
+	r = post(t, h, "/api/v1/leases/complete", workToken, fmt.Sprintf(`{"results":[{"id":%d,"token":%d,"output":"AAEC","output_encoding":"base64"}]}`, l.ID, l.Token))
+	if r.code != 200 {
+		t.Fatalf("complete: %d %s", r.code, r.body)
+	}
+	it, err := c.Store().GetItem(context.Background(), l.ID)
+	if err != nil || string(it.Payload) != "\x00\x01\x02" {
+		t.Errorf("output = %q, %v: want the decoded bytes", it.Payload, err)
+	}
+}

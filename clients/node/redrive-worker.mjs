@@ -184,7 +184,7 @@ export class Worker {
   start(d) {
     const job = {
       id: d.id, token: d.token, key: d.key ?? "", run: d.run, pipeline: d.pipeline, stage: d.stage, attempt: d.attempt,
-      input: d.input_base64 !== undefined ? Buffer.from(d.input_base64, "base64") : d.input,
+      input: d.input_encoding === "base64" ? Buffer.from(d.input, "base64") : d.input,
       timeout: d.timeout || null, started: Date.now(), done: false, lost: false, abort: new AbortController(),
     };
     job.deadline = job.timeout ? job.started + job.timeout * 1000 : null;
@@ -201,8 +201,13 @@ export class Worker {
       const out = await this.handler(job);
       const output = out === undefined ? null : out;
       try {
-        JSON.stringify(output);
-        res = ["complete", { id: job.id, token: job.token, output }];
+        if (output instanceof Uint8Array) {
+          // Bytes that are not JSON go as base64.
+          res = ["complete", { id: job.id, token: job.token, output: Buffer.from(output).toString("base64"), output_encoding: "base64" }];
+        } else {
+          JSON.stringify(output);
+          res = ["complete", { id: job.id, token: job.token, output }];
+        }
       } catch (e) {
         res = ["fail", this.failure(job, "final", `the handler's output is not JSON: ${e.message}`)];
       }

@@ -28,6 +28,7 @@ reports their results and gives back (releases) what it could not finish,
 so nothing waits for a lease to expire. The protocol is in docs/workers.md.
 """
 
+import base64
 import http.client
 import json
 import logging
@@ -76,7 +77,8 @@ class APIError(Exception):
 
 class Job:
     """One leased item. input is the stage's input (parsed JSON, or bytes
-    when it is not JSON); attempt counts from 1; deadline is the
+    when it is not JSON); a handler returns the output: a JSON value, or
+    bytes (sent as base64); attempt counts from 1; deadline is the
     time.monotonic() by which the stage's timeout ends (None: no timeout)."""
 
     __slots__ = ("id", "token", "key", "run", "pipeline", "stage", "attempt", "input", "timeout",
@@ -90,9 +92,8 @@ class Job:
         self.pipeline = d.get("pipeline")
         self.stage = d.get("stage")
         self.attempt = d.get("attempt", 1)
-        if "input_base64" in d:
-            import base64
-            self.input = base64.b64decode(d["input_base64"])
+        if d.get("input_encoding") == "base64":
+            self.input = base64.b64decode(d["input"])
         else:
             self.input = d.get("input")
         self.timeout = d.get("timeout") or None
@@ -381,8 +382,12 @@ class Worker:
             try:
                 out = self.handler(j)
                 try:
-                    res = ("complete", {"id": j.id, "token": j.token, "output": out})
-                    json.dumps(out)
+                    if isinstance(out, (bytes, bytearray)):
+                        res = ("complete", {"id": j.id, "token": j.token, "output": base64.b64encode(out).decode(),
+                                            "output_encoding": "base64"})
+                    else:
+                        res = ("complete", {"id": j.id, "token": j.token, "output": out})
+                        json.dumps(out)
                 except (TypeError, ValueError) as e:
                     res = ("fail", self._failure(j, "final", f"the handler's output is not JSON: {e}"))
             except Final as e:

@@ -274,7 +274,7 @@ module RedriveWorker
     end
 
     def new_job(d)
-      input = d.key?("input_base64") ? d["input_base64"].unpack1("m") : d["input"]
+      input = d["input_encoding"] == "base64" ? d["input"].unpack1("m") : d["input"]
       Job.new(id: d["id"], token: d["token"], key: d["key"].to_s, run: d["run"], pipeline: d["pipeline"],
               stage: d["stage"], attempt: d["attempt"], input: input, timeout: d["timeout"],
               started: Process.clock_gettime(Process::CLOCK_MONOTONIC), done: false, lost: false)
