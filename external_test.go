@@ -429,3 +429,42 @@ func TestExternalValidation(t *testing.T) {
 		}
 	}
 }
+
+// TestExternalBreaker fails an external stage's calls as a dependency in
+// an outage would: after 20 failures in a row its breaker opens and
+// nothing is handed out, then one probe at a time, and a probe that
+// succeeds closes it. The failed probes' items keep their attempts.
+func TestExternalBreaker(t *testing.T) {
+	s := openStore(t)
+	c := startClient(t, s, testConfig(nil), extPipeline("p", redrive.Stage{Policy: fast(100)}))
+	if _, err := c.StartRun(context.Background(), "p", items(40), redrive.RunOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	failedInARow := 0
+	for failedInARow < 20 {
+		for _, l := range lease(t, c, redrive.ExternalLeaseRequest{Max: 20 - failedInARow, Wait: 5 * time.Second}) {
+			settle(t, c, failed(l, retry.ClassRetryable, "503 from the dependency", 0))
+			failedInARow++
+		}
+	}
+	if ls := lease(t, c, redrive.ExternalLeaseRequest{Max: 10}); len(ls) != 0 {
+		t.Fatalf("%d items handed out with the breaker open", len(ls))
+	}
+	// Half-open after a second: one probe, however many are asked for.
+	var probe []redrive.ExternalLease
+	for deadline := time.Now().Add(10 * time.Second); len(probe) == 0 && time.Now().Before(deadline); {
+		probe = lease(t, c, redrive.ExternalLeaseRequest{Max: 10, Wait: time.Second})
+	}
+	if len(probe) != 1 {
+		t.Fatalf("half-open breaker handed out %d items, want one probe", len(probe))
+	}
+	if more := lease(t, c, redrive.ExternalLeaseRequest{Max: 10}); len(more) != 0 {
+		t.Fatalf("a second probe (%d items) while the first runs", len(more))
+	}
+	if r := settle(t, c, ok(probe[0], `1`)); !r[0].Applied {
+		t.Fatalf("probe result %+v", r)
+	}
+	if ls := lease(t, c, redrive.ExternalLeaseRequest{Max: 10, Wait: 5 * time.Second}); len(ls) < 2 {
+		t.Fatalf("after a successful probe: %d items, want the breaker closed", len(ls))
+	}
+}
