@@ -199,15 +199,17 @@ class Worker:
                  python:HOST:PID).
     leasers      lease requests in flight at once (default 2), each for
                  free threads only.
+    reporters    batches of results in flight at once (default 2).
     """
 
     def __init__(self, pipeline, stage, handler, concurrency=8, url=None, token=None, batch=None,
-                 wait=30.0, lease=30.0, grace=25.0, name=None, timeout=60.0, leasers=2):
+                 wait=30.0, lease=30.0, grace=25.0, name=None, timeout=60.0, leasers=2, reporters=2):
         self.pipeline, self.stage, self.handler = pipeline, stage, handler
         self.concurrency = max(1, int(concurrency))
         self.batch = max(1, min(int(batch or self.concurrency), 1000))
         self.wait = max(0.0, min(float(wait), 30.0))
         self.lease = max(1.0, float(lease))
+        self.reporters = max(1, int(reporters))
         self.grace = grace
         self.url = url or os.environ.get("REDRIVE_URL", "http://127.0.0.1:8080")
         self.token = token if token is not None else os.environ.get("REDRIVE_TOKEN", "")
@@ -232,7 +234,10 @@ class Worker:
     def start(self):
         for i in range(self.concurrency):
             self._spawn(self._handle_loop, f"handler-{i}")
-        self._spawn(self._report_loop, "reporter")
+        # Two reporters: one batch of results is recorded while the next
+        # one is sent, as the engine's own completers do.
+        for i in range(self.reporters):
+            self._spawn(self._report_loop, f"reporter-{i}")
         self._spawn(self._heartbeat_loop, "heartbeat")
         for i, conn in enumerate(self._leasers):
             self._spawn(lambda c=conn: self._lease_loop(c), f"leaser-{i}")
@@ -286,9 +291,10 @@ class Worker:
                 self.free.wait(0.1)
         for _ in range(self.concurrency):
             self.todo.put(None)  # handler threads end
-        self.results.put(None)   # the reporter sends what is left, then ends
+        for _ in range(self.reporters):
+            self.results.put(None)   # the reporters send what is left, then end
         for t in self._threads:
-            if t.name == "redrive-reporter":
+            if t.name.startswith("redrive-reporter"):
                 t.join(max(1.0, deadline - time.monotonic() + 5))
         with self.lock:
             left = [j.ref() for j in self.jobs.values() if not j.done]
@@ -455,11 +461,12 @@ class Worker:
                 status, doc = 0, {"error": str(e)}
             if status in (200, 409):
                 refused = [r for r in doc.get("results", []) if not r.get("applied")]
-                self.counts[counter] += len(jobs) - len(refused)
+                with self.lock:
+                    self.counts[counter] += len(jobs) - len(refused)
+                    self.counts["refused"] += len(refused)
                 if refused:
                     # A result whose lease expired or was superseded; after
                     # a retried request, one that the lost answer applied.
-                    self.counts["refused"] += len(refused)
                     log.warning("redrive worker: %d results refused: %s", len(refused), refused[0].get("error", ""))
                 break
             if 400 <= status < 500 and status != 429:
@@ -543,6 +550,8 @@ def _main(argv):
     ap.add_argument("--sleep", type=float, default=0.0, help="seconds each item takes")
     ap.add_argument("--lease", type=float, default=30.0)
     ap.add_argument("--name", default=None)
+    ap.add_argument("--leasers", type=int, default=2)
+    ap.add_argument("--reporters", type=int, default=2)
     a = ap.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
 
@@ -551,7 +560,8 @@ def _main(argv):
             time.sleep(a.sleep)
         return job.input
 
-    counts = work(a.pipeline, a.stage, echo, concurrency=a.concurrency, batch=a.batch, lease=a.lease, name=a.name)
+    counts = work(a.pipeline, a.stage, echo, concurrency=a.concurrency, batch=a.batch, lease=a.lease, name=a.name,
+                  leasers=a.leasers, reporters=a.reporters)
     print(json.dumps(counts))
 
 

@@ -96,6 +96,7 @@ def main():
     ap.add_argument("--probes", type=int, default=200)
     ap.add_argument("--concurrency", type=int, default=64, help="the external worker's threads")
     ap.add_argument("--batch", type=int, default=None, help="the external worker's lease batch (default: concurrency)")
+    ap.add_argument("--worker-args", default="", help="more arguments of the worker (e.g. \"--reporters 1\")")
     ap.add_argument("--python", default=shutil.which("python3") if not os.path.exists("/usr/bin/python3") else "/usr/bin/python3")
     a = ap.parse_args()
 
@@ -139,6 +140,7 @@ def main():
         wcmd = [a.python, WORKER, "xbench", "work", "--concurrency", str(a.concurrency)]
         if a.batch:
             wcmd += ["--batch", str(a.batch)]
+        wcmd += a.worker_args.split()
         env = dict(os.environ, REDRIVE_URL=api.url, REDRIVE_TOKEN=TOKEN)
         begin = time.monotonic()
         w = subprocess.Popen(wcmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
