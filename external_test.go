@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -285,29 +286,31 @@ func TestExternalFailureClasses(t *testing.T) {
 }
 
 // TestExternalRateLimitBoundsHandouts leases from a stage limited to 20
-// calls a second as fast as a greedy worker can: what is handed out keeps
-// to the rate.
+// calls a second as fast as four greedy workers can: what is handed out
+// keeps to the rate. (A slow machine only spreads the hand-outs further.)
 func TestExternalRateLimitBoundsHandouts(t *testing.T) {
 	s := openStore(t)
-	const rate = 20
+	const rate, want = 20, 40
 	c := startClient(t, s, testConfig(nil), extPipeline("p", redrive.Stage{RateLimit: redrive.RateLimit{Rate: rate}}))
-	if _, err := c.StartRun(context.Background(), "p", items(300), redrive.RunOptions{}); err != nil {
+	if _, err := c.StartRun(context.Background(), "p", items(want+20), redrive.RunOptions{}); err != nil {
 		t.Fatal(err)
-	}
-	// Wait until the first stage has passed items on.
-	for len(lease(t, c, redrive.ExternalLeaseRequest{Max: 1, Wait: 5 * time.Second})) == 0 {
 	}
 	var mu sync.Mutex
 	var got []time.Time
-	window := 1500 * time.Millisecond
-	begin := time.Now()
+	deadline := time.Now().Add(60 * time.Second)
 	var wg sync.WaitGroup
 	for range 4 {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			for time.Since(begin) < window {
-				ls, err := c.LeaseExternal(context.Background(), redrive.ExternalLeaseRequest{Pipeline: "p", Stage: "ext", Worker: "greedy", Max: 100, Wait: 100 * time.Millisecond})
+			for time.Now().Before(deadline) {
+				mu.Lock()
+				done := len(got) >= want
+				mu.Unlock()
+				if done {
+					return
+				}
+				ls, err := c.LeaseExternal(context.Background(), redrive.ExternalLeaseRequest{Pipeline: "p", Stage: "ext", Worker: "greedy", Max: 100, Wait: time.Second})
 				if err != nil {
 					t.Error(err)
 					return
@@ -319,9 +322,7 @@ func TestExternalRateLimitBoundsHandouts(t *testing.T) {
 				}
 				mu.Lock()
 				for range ls {
-					if now.Sub(begin) < window {
-						got = append(got, now)
-					}
+					got = append(got, now)
 				}
 				mu.Unlock()
 				if len(rs) > 0 {
@@ -334,11 +335,32 @@ func TestExternalRateLimitBoundsHandouts(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	// The pace allows rate × window calls, plus its burst of 1 and the one
-	// leased before (whose slot came first).
-	most := int(rate*window.Seconds()) + 2
-	if len(got) > most || len(got) < most/2 {
-		t.Fatalf("%d items handed out in %v at %d/s: want at most %d (and not starved)", len(got), window, rate, most)
+	if len(got) < want {
+		t.Fatalf("%d items handed out in a minute at %d/s: starved", len(got), rate)
+	}
+	// The attempts' starts are the hand-outs as the server timed them,
+	// right after their slots of the pace: 1/rate apart after a burst of
+	// 1, so n of them span at least (n-2)/rate.
+	its, err := s.ListItems(context.Background(), redrive.ItemFilter{Stage: "mark", Limit: 1000})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var starts []time.Time
+	for _, it := range its {
+		as, err := s.Attempts(context.Background(), it.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range as {
+			if a.Stage == "ext" {
+				starts = append(starts, a.StartedAt)
+			}
+		}
+	}
+	slices.SortFunc(starts, func(a, b time.Time) int { return a.Compare(b) })
+	least := time.Duration(float64(len(starts)-2) / rate * float64(time.Second))
+	if span := starts[len(starts)-1].Sub(starts[0]); len(starts) < want || span < least {
+		t.Fatalf("%d items handed out in %v at %d/s: want at least %v", len(starts), span, rate, least)
 	}
 }
 
