@@ -743,10 +743,13 @@ func (e *engine) pacePermit(ctx context.Context, f *flow) (retry.Permit, bool) {
 	if d := now.Sub(begin); d > 0 {
 		f.waited.Add(int64(d))
 	}
-	if !f.gate.ClosedUntil(now).IsZero() {
+	if !f.gate.ClosedUntil(now).IsZero() || f.breaker != nil && f.breaker.State() == retry.BreakerOpen {
+		// The gate closed, or the breaker opened, while this item waited
+		// for its turn: it would go out into what stopped the others.
 		pm.Done()
 		return retry.Permit{}, false
 	}
+	f.paced.Add(1)
 	return pm, true
 }
 
@@ -905,9 +908,15 @@ func (e *engine) settleExternal(t *task, admitted bool, r ExternalResult) {
 	if br := t.flowBreaker(); br != nil && (admitted || br.State() == retry.BreakerClosed) {
 		paused := br.State() != retry.BreakerClosed
 		answered := err == nil || o.Class == retry.ClassRateLimited
-		if answered {
+		switch {
+		case answered && !t.flow.answersSinceFailing(t):
+			// Handed out before the dependency's failures began: its
+			// answer is from before them and says nothing now (see attempt).
+			br.Record(context.Canceled)
+			answered = false
+		case answered:
 			br.Record(nil)
-		} else {
+		default:
 			br.Record(err)
 		}
 		if answered && paused {
