@@ -288,9 +288,8 @@ func (e *engine) settle(t *task, err error, o retry.Outcome, end time.Time) {
 		if f.rounds.Load() != 0 {
 			f.rounds.Store(0)
 		}
-		if since := f.failingSince.Load(); since != 0 && start >= since {
-			// A call that started before the failures began does not end them.
-			f.failingSince.CompareAndSwap(since, 0)
+		if f.failingSince.Load() != 0 {
+			f.failingSince.Store(0)
 		}
 		if f.limitedSince.Load() != 0 {
 			if since := f.limitedSince.Swap(0); since != 0 {
@@ -343,17 +342,6 @@ func (e *engine) settle(t *task, err error, o retry.Outcome, end time.Time) {
 	default:
 		t.permit.Done()
 	}
-}
-
-// answersSinceFailing reports whether t's call started after the dependency's current
-// spell of failures began, so that its answer says the dependency is back. A call under
-// way when an outage began (a slow call started before the first failing one) answers
-// from before the outage: its success closed the breaker it had just opened, three times
-// in the first quarter second of a 10 s outage, letting 23 calls into it where 3 should
-// have paused the stage.
-func (f *flow) answersSinceFailing(t *task) bool {
-	since := f.failingSince.Load()
-	return since == 0 || t.started.IsZero() || t.started.UnixNano() >= since
 }
 
 // Pause of a stage pushed back without a Retry-After: noRetryAfterFirst after the first

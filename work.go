@@ -129,16 +129,10 @@ func (e *engine) attempt(t *task) {
 	if br != nil {
 		paused := br.State() != retry.BreakerClosed // one atomic load when closed
 		answered := err == nil || o.Class == retry.ClassRateLimited
-		switch {
-		case answered && !t.flow.answersSinceFailing(t):
-			// The call started before the dependency's failures began:
-			// its answer is from before them and says nothing now.
-			br.Record(context.Canceled)
-			answered = false
-		case answered:
+		if answered {
 			// The dependency answered: its rate is the flow's business.
 			br.Record(nil)
-		default:
+		} else {
 			br.Record(err)
 		}
 		if answered && paused {
