@@ -252,15 +252,6 @@ func (e *engine) pace(t *task) bool {
 		p.Done()
 		return false
 	}
-	if f.breaker != nil && f.breaker.State() == retry.BreakerOpen {
-		// The breaker opened while this call waited for its turn: the outage that
-		// failed the calls before it would fail it too. Without this, the calls a
-		// paced stage had let past its breaker before it opened (half a second of its
-		// rate) all went out into the outage: 112 items called in a 10 s outage where
-		// the transport's pause let 16 through.
-		p.Done()
-		return false
-	}
 	f.paced.Add(1)
 	t.permit, t.started = p, now
 	return true

@@ -156,7 +156,19 @@ func TestTransportInsideStageLeavesPacingToStage(t *testing.T) {
 // transport's host did after 3 before the stage's flow control took over; a stage whose
 // handler may call nothing over the network keeps the default breaker's 20.
 func TestNetworkStagePausesAfterThreeFailures(t *testing.T) {
-	url, calls := serve503(t)
+	var calls atomic.Int64
+	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		calls.Add(1)
+		w.WriteHeader(http.StatusServiceUnavailable)
+	})}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	go func() { _ = srv.Serve(ln) }()
+	t.Cleanup(func() { srv.Close() })
+	url := "http://" + ln.Addr().String() + "/"
+	hc := &http.Client{Transport: &retryhttp.Transport{}}
 	opened := make(chan int64, 1)
 	cfg := testConfig(nil)
 	cfg.Workers = 2 // two calls in flight at most: the count at the opening is the threshold's
@@ -168,7 +180,18 @@ func TestNetworkStagePausesAfterThreeFailures(t *testing.T) {
 			}
 		}
 	}}
-	p := redrive.Pipeline{Name: "p", Stages: []redrive.Stage{{Name: "api", Handle: getThroughTransport(url)}}}
+	p := redrive.Pipeline{Name: "p", Stages: []redrive.Stage{{Name: "api", Handle: func(ctx context.Context, it *redrive.Item) ([]byte, error) {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+		if err != nil {
+			return nil, retry.Final(err)
+		}
+		resp, err := hc.Do(req)
+		if err != nil {
+			return nil, err
+		}
+		resp.Body.Close()
+		return nil, retryhttp.StatusError(resp)
+	}}}}
 	c := startClient(t, openStore(t), cfg, p)
 	if _, err := c.StartRun(context.Background(), "p", items(30), redrive.RunOptions{}); err != nil {
 		t.Fatal(err)
@@ -182,75 +205,5 @@ func TestNetworkStagePausesAfterThreeFailures(t *testing.T) {
 		t.Logf("breaker opened after %d calls", n)
 	case <-time.After(30 * time.Second):
 		t.Fatalf("the breaker did not open; %d calls", calls.Load())
-	}
-}
-
-// TestOutageReleasesPacedCalls: when a paced stage's breaker opens, the calls it had let
-// past the breaker and that still wait for their turn go back unattempted: the outage
-// that failed the calls before them would fail them too. At 20 calls/s the stage holds
-// half a second of its rate (11 items) in its pace; before, all of them went out into the
-// outage after the breaker opened.
-func TestOutageReleasesPacedCalls(t *testing.T) {
-	url, calls := serve503(t)
-	probing := make(chan int64, 1)
-	cfg := testConfig(nil)
-	cfg.Workers = 16
-	cfg.Observers = []func(redrive.Event){func(ev redrive.Event) {
-		if b, ok := ev.(redrive.BreakerChanged); ok && b.To == retry.BreakerHalfOpen {
-			select {
-			case probing <- calls.Load():
-			default:
-			}
-		}
-	}}
-	p := redrive.Pipeline{Name: "p", Stages: []redrive.Stage{{Name: "api", RateLimit: redrive.RateLimit{Rate: 20}, Handle: getThroughTransport(url)}}}
-	c := startClient(t, openStore(t), cfg, p)
-	if _, err := c.StartRun(context.Background(), "p", items(40), redrive.RunOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case n := <-probing:
-		// 3 failures open the breaker; a call or two may have started meanwhile.
-		if n > 6 {
-			t.Fatalf("%d calls before the breaker's first probe, want the 3 that opened it and at most a few under way", n)
-		}
-		t.Logf("%d calls before the first probe", n)
-	case <-time.After(30 * time.Second):
-		t.Fatalf("the breaker never probed; %d calls", calls.Load())
-	}
-}
-
-// serve503 starts a loopback server that answers every request 503 without Retry-After
-// and counts them.
-func serve503(t *testing.T) (string, *atomic.Int64) {
-	t.Helper()
-	calls := new(atomic.Int64)
-	srv := &http.Server{Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		calls.Add(1)
-		w.WriteHeader(http.StatusServiceUnavailable)
-	})}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	go func() { _ = srv.Serve(ln) }()
-	t.Cleanup(func() { srv.Close() })
-	return "http://" + ln.Addr().String() + "/", calls
-}
-
-// getThroughTransport is a handler that GETs url through a zero retryhttp.Transport.
-func getThroughTransport(url string) redrive.Handler {
-	hc := &http.Client{Transport: &retryhttp.Transport{}}
-	return func(ctx context.Context, it *redrive.Item) ([]byte, error) {
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
-		if err != nil {
-			return nil, retry.Final(err)
-		}
-		resp, err := hc.Do(req)
-		if err != nil {
-			return nil, err
-		}
-		resp.Body.Close()
-		return nil, retryhttp.StatusError(resp)
 	}
 }
