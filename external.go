@@ -908,15 +908,9 @@ func (e *engine) settleExternal(t *task, admitted bool, r ExternalResult) {
 	if br := t.flowBreaker(); br != nil && (admitted || br.State() == retry.BreakerClosed) {
 		paused := br.State() != retry.BreakerClosed
 		answered := err == nil || o.Class == retry.ClassRateLimited
-		switch {
-		case answered && !t.flow.answersSinceFailing(t):
-			// Handed out before the dependency's failures began: its
-			// answer is from before them and says nothing now (see attempt).
-			br.Record(context.Canceled)
-			answered = false
-		case answered:
+		if answered {
 			br.Record(nil)
-		default:
+		} else {
 			br.Record(err)
 		}
 		if answered && paused {
