@@ -19,11 +19,16 @@ const cursorAudit = "a"
 // Options.Token, which has no name of its own.
 const actorDefault = "default"
 
-// actor names who made request r: the name of the token it authenticated
-// with, "default" for Options.Token.
-func actor(r *http.Request) string {
-	if n, ok := r.Context().Value(tokenNameKey{}).(*string); ok && *n != "" && *n != legacyTokenName {
-		return *n
+// actor names who made request r: the person the trusted header of
+// Options.ActorHeader names, else the name of the token it authenticated
+// with ("default" for Options.Token). require has refused a header value
+// that cannot be a name.
+func (s *server) actor(r *http.Request) string {
+	if p, err := s.proxyActor(r); err == nil && p != "" {
+		return p
+	}
+	if n := tokenName(r); n != "" {
+		return s.tokenLabel(n)
 	}
 	return actorDefault
 }
@@ -47,6 +52,9 @@ func filterQuery(f redrive.ItemFilter) string {
 			ss[i] = string(st)
 		}
 		v.Set("state", strings.Join(ss, ","))
+	}
+	if f.ActionID != 0 {
+		v.Set("action", strconv.FormatInt(f.ActionID, 10))
 	}
 	if len(f.IDs) > 0 {
 		ids := make([]string, len(f.IDs))
@@ -72,7 +80,7 @@ func filterQuery(f redrive.ItemFilter) string {
 // a failure to record it is logged and returned as a warning, not an
 // error.
 func (s *server) audit(r *http.Request, kind string, f redrive.ItemFilter, n int, detail string) string {
-	a := redrive.AuditAction{At: s.opts.Now().UTC(), Actor: actor(r), Kind: kind, Filter: filterQuery(f), Count: n, Detail: detail}
+	a := redrive.AuditAction{At: s.opts.Now().UTC(), Actor: s.actor(r), Kind: kind, Filter: filterQuery(f), Count: n, Detail: detail}
 	if _, err := s.store.RecordAction(r.Context(), a); err != nil {
 		s.opts.Logger.Error("web: record action in the audit log", "kind", kind, "count", n, "error", err)
 		return auditWarning
@@ -104,7 +112,7 @@ func (s *server) beginAudit(r *http.Request, kind string, f, mark redrive.ItemFi
 	}
 	a := &auditedAction{kind: kind, detail: detail}
 	if err == nil {
-		a.id, err = s.store.RecordAction(ctx, redrive.AuditAction{At: s.opts.Now().UTC(), Actor: actor(r), Kind: kind,
+		a.id, err = s.store.RecordAction(ctx, redrive.AuditAction{At: s.opts.Now().UTC(), Actor: s.actor(r), Kind: kind,
 			Filter: filterQuery(f), Count: n, Detail: detail})
 	}
 	if err == nil {
