@@ -878,7 +878,7 @@ func (s *server) redrive(w http.ResponseWriter, r *http.Request) {
 	if len(mark.States) == 0 {
 		mark.States = []redrive.State{redrive.StateDead}
 	}
-	act := s.beginAudit(r, "redrive", f, mark, redriveDetail(req.Rate, req.FromStage))
+	act := s.beginAudit(r, "redrive", f, mark, RedriveDetail(req.Rate, req.FromStage))
 	n, err := redrive.Redrive(r.Context(), s.store, f, opts)
 	warning := act.end(s, r, n, err)
 	if err != nil {

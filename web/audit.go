@@ -33,9 +33,10 @@ func (s *server) actor(r *http.Request) string {
 	return actorDefault
 }
 
-// filterQuery writes f as the URL query the API and the console read, so
-// that an audit entry links back to the items it selected.
-func filterQuery(f redrive.ItemFilter) string {
+// FilterQuery writes f as the URL query the API and the console read
+// (run=3&stage=fetch), as the audit log records the filter of an action:
+// the command line records its actions in the same form.
+func FilterQuery(f redrive.ItemFilter) string {
 	v := url.Values{}
 	if f.RunID != 0 {
 		v.Set("run", strconv.FormatInt(f.RunID, 10))
@@ -80,7 +81,7 @@ func filterQuery(f redrive.ItemFilter) string {
 // a failure to record it is logged and returned as a warning, not an
 // error.
 func (s *server) audit(r *http.Request, kind string, f redrive.ItemFilter, n int, detail string) string {
-	a := redrive.AuditAction{At: s.opts.Now().UTC(), Actor: s.actor(r), Kind: kind, Filter: filterQuery(f), Count: n, Detail: detail}
+	a := redrive.AuditAction{At: s.opts.Now().UTC(), Actor: s.actor(r), Kind: kind, Filter: FilterQuery(f), Count: n, Detail: detail}
 	if _, err := s.store.RecordAction(r.Context(), a); err != nil {
 		s.opts.Logger.Error("web: record action in the audit log", "kind", kind, "count", n, "error", err)
 		return auditWarning
@@ -113,7 +114,7 @@ func (s *server) beginAudit(r *http.Request, kind string, f, mark redrive.ItemFi
 	a := &auditedAction{kind: kind, detail: detail}
 	if err == nil {
 		a.id, err = s.store.RecordAction(ctx, redrive.AuditAction{At: s.opts.Now().UTC(), Actor: s.actor(r), Kind: kind,
-			Filter: filterQuery(f), Count: n, Detail: detail})
+			Filter: FilterQuery(f), Count: n, Detail: detail})
 	}
 	if err == nil {
 		_, err = s.store.MarkItems(ctx, a.id, mark)
@@ -152,8 +153,10 @@ func (a *auditedAction) end(s *server, r *http.Request, n int, actErr error) str
 	return ""
 }
 
-// redriveDetail describes how a redrive was done, for the audit log.
-func redriveDetail(rate float64, fromStage string) string {
+// RedriveDetail describes how a redrive was done, as the audit log
+// records it ("rate 5/s from stage fetch"); "" for all at once from the
+// stage that stopped the items.
+func RedriveDetail(rate float64, fromStage string) string {
 	var parts []string
 	if rate > 0 {
 		parts = append(parts, fmt.Sprintf("rate %g/s", rate))

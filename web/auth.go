@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"crypto/sha256"
 	"crypto/subtle"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -151,16 +152,32 @@ func (s *server) proxyActor(r *http.Request) (string, error) {
 	if len(vs) == 0 {
 		return "", nil
 	}
-	v := strings.TrimSpace(vs[0])
-	switch {
-	case len(vs) > 1:
+	if len(vs) > 1 {
 		return "", fmt.Errorf("header %s given more than once", s.opts.ActorHeader)
-	case len(v) > MaxActorBytes:
-		return "", fmt.Errorf("header %s longer than %d bytes", s.opts.ActorHeader, MaxActorBytes)
-	case !utf8.ValidString(v) || strings.ContainsFunc(v, unicode.IsControl):
-		return "", fmt.Errorf("header %s holds control characters or invalid UTF-8", s.opts.ActorHeader)
+	}
+	v := strings.TrimSpace(vs[0])
+	if v == "" {
+		return "", nil
+	}
+	if err := CheckActor(v); err != nil {
+		return "", fmt.Errorf("header %s: %w", s.opts.ActorHeader, err)
 	}
 	return v, nil
+}
+
+// CheckActor reports a name that the audit log cannot record as an actor:
+// empty, longer than MaxActorBytes, or holding control characters or
+// invalid UTF-8 (which would let it forge lines of a log).
+func CheckActor(name string) error {
+	switch {
+	case strings.TrimSpace(name) == "":
+		return errors.New("empty name")
+	case len(name) > MaxActorBytes:
+		return fmt.Errorf("name longer than %d bytes", MaxActorBytes)
+	case !utf8.ValidString(name) || strings.ContainsFunc(name, unicode.IsControl):
+		return errors.New("name holds control characters or invalid UTF-8")
+	}
+	return nil
 }
 
 // tokenName returns the name of the token request r authenticated with,
