@@ -204,27 +204,13 @@ func TestBrowserProtectedReads(t *testing.T) {
 
 // TestBrowserRefreshKeepsFocus: the view refreshes without taking away what
 // the operator is using: a button reached with Tab keeps the focus (the very
-// element) across two refreshes that change the numbers around it; the
-// result line of an action stays after the refreshes that follow it; the
-// confirmation opens on "Do nothing", states the action, the selection and
-// the count, and Enter there changes nothing.
+// element, not a copy) across two refreshes that change the numbers around
+// it, and still acts on what the view shows now.
 func TestBrowserRefreshKeepsFocus(t *testing.T) {
 	ctx := browser(t)
 	f := newFixture(t, web.Options{Token: token, Now: time.Now})
 	srv := httptest.NewServer(f.h)
 	t.Cleanup(srv.Close)
-	mailRun := f.mailRun
-	enqueueMail := func(n int) {
-		items := make([]redrive.NewItem, n)
-		for i := range items {
-			items[i].Payload = []byte(`{}`)
-		}
-		if _, err := f.store.Enqueue(t.Context(), redrive.EnqueueRequest{RunID: mailRun, Pipeline: "mail", Stage: "fetch", Items: items, Now: time.Now()}); err != nil {
-			t.Fatal(err)
-		}
-	}
-
-	// Focus on "Pause mail / fetch" with Tab; the counts around it change.
 	pause := `button[aria-label="Pause mail / fetch"]`
 	mailRow := `tr[data-pipeline="mail"][data-stage="fetch"]`
 	if err := chromedp.Do(ctx, chromedp.Navigate(srv.URL+"/#/stages"), textContains(mailRow, "10")); err != nil {
@@ -234,7 +220,14 @@ func TestBrowserRefreshKeepsFocus(t *testing.T) {
 	if err := chromedp.Do(ctx, chromedp.Evaluate[chromedp.Void](`document.activeElement.redriveMark = "kept"`)); err != nil {
 		t.Fatal(err)
 	}
-	enqueueMail(5)
+	// Five more mail items: the row's counts change under the focus.
+	items := make([]redrive.NewItem, 5)
+	for i := range items {
+		items[i].Payload = []byte(`{}`)
+	}
+	if _, err := f.store.Enqueue(t.Context(), redrive.EnqueueRequest{RunID: f.mailRun, Pipeline: "mail", Stage: "fetch", Items: items, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
 	waitRefreshes(t, ctx, 2)
 	if err := chromedp.Do(ctx, textContains(mailRow, "15")); err != nil {
 		t.Fatalf("the refresh did not show the new items: %v (page: %q)", err, pageText(ctx))
@@ -245,7 +238,7 @@ func TestBrowserRefreshKeepsFocus(t *testing.T) {
 	if !eval[bool](t, ctx, `document.activeElement.redriveMark === "kept"`) {
 		t.Error("the focused button was rebuilt by the refresh")
 	}
-	// Enter on it still pauses this stage.
+	// Enter on it pauses this stage, with the counts the view shows now.
 	err := chromedp.Do(ctx,
 		chromedp.KeyEvent("\r"),
 		textContains("dialog", "Every worker process stops claiming items of mail / fetch"),
@@ -258,59 +251,92 @@ func TestBrowserRefreshKeepsFocus(t *testing.T) {
 	if err != nil {
 		t.Fatalf("pause dialog: %v (page: %q)", err, pageText(ctx))
 	}
+}
 
-	// The confirmation of a redrive opens on "Do nothing" and says what,
-	// which and how many; Enter does nothing.
-	err = chromedp.Do(ctx,
-		chromedp.Navigate(srv.URL+"/#/dlq?stage=fetch&class=final"),
-		textContains("#dlq-total", "30 items match"),
-		chromedp.Click("#act-redrive"),
-		chromedp.WaitVisible("#token-input"),
-		chromedp.SendKeys("#token-input", token+"\r"),
-		textContains("#confirm-action", "30 items go back to pending"),
-		textContains("#confirm-selection", "dead items · stage fetch · class final"),
-		textContains("#confirm-count", "30 items"),
-	)
-	if err != nil {
-		t.Fatalf("confirmation: %v (page: %q)", err, pageText(ctx))
+// TestBrowserKeyboardWalk walks the main flows with the keyboard only, as
+// docs/ui.md records them: filter from the form's fields (the focus stays
+// in the field), dry-run a redrive, whose confirmation opens on "Do
+// nothing" and states the action, the selection and the count (Enter there
+// changes nothing), confirm it, see its result line stay through the
+// refreshes that follow, and pause a stage with a reason.
+func TestBrowserKeyboardWalk(t *testing.T) {
+	ctx := browser(t)
+	f := newFixture(t, web.Options{Token: token, Now: time.Now})
+	srv := httptest.NewServer(f.h)
+	t.Cleanup(srv.Close)
+	if err := chromedp.Do(ctx, chromedp.EmulateViewport(1280, 800)); err != nil {
+		t.Fatal(err)
 	}
+	key := func(what string, a ...chromedp.Action[chromedp.Void]) {
+		t.Helper()
+		if err := chromedp.Do(ctx, a...); err != nil {
+			t.Fatalf("%s: %v (focus on %s; page: %q)", what, err, eval[string](t, ctx, focusedJS), pageText(ctx))
+		}
+	}
+
+	// 1. Filter: Tab to Stage, type, Tab to Class, type, Enter.
+	key("open the dead letters", chromedp.Navigate(srv.URL+"/#/dlq"), textContains("#dlq-total", "60 items match"))
+	tabTo(t, ctx, "#filter-stage", 40)
+	key("type the stage", chromedp.KeyEvent("fetch"))
+	tabTo(t, ctx, "#filter-class", 5)
+	key("type the class and Enter", chromedp.KeyEvent("final\r"), textContains("#dlq-total", "30 items match"),
+		poll(`location.hash === "#/dlq?stage=fetch&class=final"`))
+	if got := eval[string](t, ctx, focusedJS); got != "INPUT#filter-class=final" {
+		t.Errorf("after filtering the focus is on %s, want the class field", got)
+	}
+	screenshot(t, ctx, "ui-keyboard-filter")
+
+	// 2. Dry run: Tab to Redrive…, Enter; the token dialog has the focus.
+	tabTo(t, ctx, "#act-redrive", 20)
+	key("dry run", chromedp.KeyEvent("\r"), poll(`document.activeElement.id === "token-input"`),
+		chromedp.KeyEvent(token+"\r"), textContains("#confirm-count", "30 items"))
+
+	// 3. The confirmation opens on Do nothing and says what, which and how
+	// many; Enter there changes nothing.
 	if got := eval[string](t, ctx, focusedJS); got != "BUTTON=cancel" {
 		t.Fatalf("the confirmation opens with the focus on %s, want Do nothing", got)
 	}
+	key("the confirmation's words", textContains("#confirm-action", "30 items go back to pending at the stage they stopped at, all due now."),
+		textContains("#confirm-selection", "dead items · stage fetch · class final"),
+		textContains("#confirm-count", "30 items, counted by a dry run just now"))
 	screenshot(t, ctx, "ui-confirm-redrive")
-	err = chromedp.Do(ctx,
-		chromedp.KeyEvent("\r"),
-		chromedp.WaitNotPresent("dialog"),
-		textContains("#action-status", "Nothing changed."),
-	)
-	if err != nil {
-		t.Fatalf("Enter on the confirmation: %v", err)
-	}
+	key("Enter on Do nothing", chromedp.KeyEvent("\r"), chromedp.WaitNotPresent("dialog"), textContains("#action-status", "Nothing changed."))
 	if n := f.count(t, redrive.ItemFilter{States: []redrive.State{redrive.StateDead}, Class: "final"}); n != 30 {
 		t.Fatalf("Enter on the confirmation changed items: %d final dead, want 30", n)
 	}
-
-	// Keyboard only: Tab to Redrive…, Enter, Tab to the confirm button,
-	// Enter. The result line stays through the refreshes that follow.
-	tabTo(t, ctx, "#act-redrive", 60)
-	err = chromedp.Do(ctx,
-		chromedp.KeyEvent("\r"),
-		textContains("#confirm-count", "30 items"),
-		chromedp.KeyEvent("\t"),
-		poll(`document.activeElement.value === "confirm"`),
-		chromedp.KeyEvent("\r"),
-		textContains("#action-status", "Redrive: 30 items."),
-		textContains("#dlq-total", "0 items match"),
-	)
-	if err != nil {
-		t.Fatalf("redrive from the keyboard: %v (page: %q)", err, pageText(ctx))
+	if got := eval[string](t, ctx, focusedJS); got != "BUTTON#act-redrive" {
+		t.Errorf("after the dialog the focus is on %s, want back on Redrive…", got)
 	}
+
+	// 4. Confirm: Enter, Tab to the confirm button, Enter.
+	key("confirm", chromedp.KeyEvent("\r"), textContains("#confirm-count", "30 items"),
+		chromedp.KeyEvent("\t"), poll(`document.activeElement.value === "confirm"`),
+		chromedp.KeyEvent("\r"), textContains("#action-status", "Redrive: 30 items."), textContains("#dlq-total", "0 items match"))
+	if n := f.count(t, redrive.ItemFilter{States: []redrive.State{redrive.StateDead}, Class: "final"}); n != 0 {
+		t.Fatalf("after the redrive %d final dead items, want 0", n)
+	}
+	// The result stays through the refreshes that follow, and so does the
+	// focus.
 	waitRefreshes(t, ctx, 2)
 	if got := eval[string](t, ctx, `document.getElementById("action-status").textContent`); got != "Redrive: 30 items." {
 		t.Errorf("after two refreshes the result line reads %q", got)
 	}
 	if got := eval[string](t, ctx, focusedJS); got != "BUTTON#act-redrive" {
 		t.Errorf("after the redrive and two refreshes the focus is on %s, want the redrive button", got)
+	}
+
+	// 5. Pause a stage: Tab to its button, Enter, type the reason, Tab
+	// past Do nothing to the pause button, Enter.
+	key("open the stages", chromedp.Navigate(srv.URL+"/#/stages"), chromedp.WaitVisible(`button[aria-label="Pause mail / fetch"]`))
+	tabTo(t, ctx, `button[aria-label="Pause mail / fetch"]`, 60)
+	key("pause", chromedp.KeyEvent("\r"), poll(`document.activeElement.id === "pause-reason"`),
+		chromedp.KeyEvent("mail provider outage\r"), // Enter in the reason does nothing
+		chromedp.KeyEvent("\t"), poll(`document.activeElement.value === "cancel"`),
+		chromedp.KeyEvent("\t"), poll(`document.activeElement.value === "confirm"`),
+		chromedp.KeyEvent("\r"), textContains("#action-status", "Paused mail / fetch."),
+		textContains(`tr[data-pipeline="mail"][data-stage="fetch"]`, "mail provider outage"))
+	if got := eval[string](t, ctx, focusedJS); got != "BUTTON[Resume mail / fetch]" {
+		t.Errorf("after the pause the focus is on %s, want the stage's button, now Resume", got)
 	}
 }
 

@@ -143,7 +143,6 @@ func TestBrowserConsole(t *testing.T) {
 	if err != nil {
 		t.Fatalf("redrive dry run: %v", err)
 	}
-	screenshot(t, ctx, "ui-confirm-redrive")
 	if n := f.count(t, redrive.ItemFilter{States: dead, Class: "final"}); n != 30 {
 		t.Fatalf("the dry run changed items: %d final dead, want 30", n)
 	}
@@ -234,7 +233,6 @@ func TestBrowserConsole(t *testing.T) {
 	if err != nil {
 		t.Fatalf("audit log: %v", err)
 	}
-	screenshot(t, ctx, "ui-audit-log")
 
 	// A failing store: the page says what failed, never the store's words.
 	f.store.Close()

@@ -21,12 +21,17 @@ function modal(title, body, buttons, opts) {
       })));
     // Enter in a field answers on its release: closing on the press would
     // hand the rest of the key to the element that gets the focus back,
-    // which a button takes as a click.
+    // which a button takes as a click. Only an Enter pressed in the
+    // dialog counts: the release of the one that opened it does not.
+    let entered = false;
     d.addEventListener("keydown", (ev) => {
-      if (ev.key === "Enter" && ev.target.tagName === "INPUT") ev.preventDefault();
+      if (ev.key === "Enter" && ev.target.tagName === "INPUT") {
+        ev.preventDefault();
+        entered = true;
+      }
     });
     d.addEventListener("keyup", (ev) => {
-      if (ev.key === "Enter" && ev.target.tagName === "INPUT" && o.enter) d.close(o.enter);
+      if (ev.key === "Enter" && ev.target.tagName === "INPUT" && entered && o.enter) d.close(o.enter);
     });
     d.addEventListener("close", () => { d.remove(); resolve(d.returnValue || "cancel"); });
     document.body.append(d);

@@ -393,8 +393,16 @@ async function route(opts) {
     reconcile(main, view);
     return true;
   }
+  // A keyboard user who filtered from a field keeps the focus in it: the
+  // new view's element of the same id takes it.
+  const a = document.activeElement;
+  const focusID = a && a !== document.body && main.contains(a) ? a.id : "";
   main.replaceChildren(...view);
   shown = hash;
+  if (focusID) {
+    const same = document.getElementById(focusID);
+    if (same && main.contains(same)) same.focus({ preventScroll: true });
+  }
   if (carried) {
     setStatus(carried);
     carried = "";
