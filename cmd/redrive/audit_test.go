@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os/user"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/redrive/redrive"
@@ -87,5 +88,29 @@ func TestCLIAudit(t *testing.T) {
 	ps, err := s.PausedStages(context.Background())
 	if err != nil || len(ps) != 0 {
 		t.Errorf("paused stages %+v, %v", ps, err)
+	}
+}
+
+// TestCLIUnknownFilterValues: a filter value that names nothing is a usage
+// error naming the flag (exit 2), on every command that filters, rather
+// than an empty answer.
+func TestCLIUnknownFilterValues(t *testing.T) {
+	t.Parallel()
+	f := newSQLiteFixture(t)
+	for _, args := range [][]string{
+		{"dlq", "list", "--class", "fnal"},
+		{"dlq", "list", "--stage", "nope"},
+		{"dlq", "list", "--state", "zombie"},
+		{"dlq", "redrive", "--pipeline", "nope", "--dry-run"},
+		{"items", "list", "--state", "zombie"},
+		{"runs", "list", "--pipeline", "nope"},
+		{"stats", "--pipeline", "nope"},
+	} {
+		r := mustRun(t, 2, f.args(args...)...)
+		flag := "--" + strings.TrimPrefix(args[len(args)-2], "--")
+		if args[len(args)-1] == "--dry-run" {
+			flag = args[len(args)-3]
+		}
+		wantContains(t, strings.Join(args, " "), r.stderr, flag)
 	}
 }

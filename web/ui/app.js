@@ -1,6 +1,6 @@
 // redrive web UI: the operators' console over the JSON API. Vanilla JS, no
 // build step. Every value from the API is inserted as text, never as HTML.
-// The write token is asked for once and kept only in sessionStorage.
+// Tokens are asked for only when the server needs one (auth.js).
 "use strict";
 
 const main = document.getElementById("main");

@@ -106,8 +106,10 @@ async function askToken(scope, why, refused) {
 // with the read scope, focused, that shows the view again once one is kept.
 function tokenPanel(err) {
   const input = el("input", { type: "password", id: "read-token-input", autocomplete: "off", size: 32, required: "" });
+  const kept = tokens();
   const msg = el("p", { class: "error", id: "read-token-error", role: "alert" },
-    err.refused ? "The token " + err.refused + " was refused." : err.scope === "read" && tokens().length ? err.message : "");
+    err.refused ? "The token " + err.refused + " was refused: the server no longer knows it."
+      : kept.length ? "The tokens of this tab (" + kept.map(scopesText).join(", ") + ") do not grant read." : "");
   const form = el("form", { class: "token-form", id: "read-token-form", "aria-labelledby": "read-token-title" },
     el("label", { for: "read-token-input" }, "Token "), input, " ", el("button", { type: "submit" }, "Use token"));
   form.addEventListener("submit", async (ev) => {
