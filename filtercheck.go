@@ -17,8 +17,9 @@ func KnownClasses() []string {
 // FilterError is a filter field that names something that does not exist.
 // It wraps ErrBadFilter.
 type FilterError struct {
-	// Field is the filter's field: "pipeline", "stage", "class" or "key", or
-	// "from_stage" for a redrive from a stage the items did not reach.
+	// Field is the filter's field: "pipeline", "stage", "class", "key",
+	// "fingerprint" or "action", or "from_stage" for a redrive from a stage
+	// the items did not reach.
 	Field string
 	// Msg says what is wrong and what exists.
 	Msg string
@@ -37,7 +38,9 @@ func badFilter(field, format string, args ...any) error {
 // CheckFilter reports a filter that names something that does not exist,
 // so that a typo is an error rather than "no items match": a run that does
 // not exist (the error wraps ErrNotFound), or a pipeline, stage, class or
-// key that no item has (a *FilterError, which lists what exists).
+// key that no item has, a cause (Fingerprint) that no failure has, or an
+// audit entry (ActionID) that does not exist (a *FilterError, which lists
+// what exists).
 // A class outside KnownClasses is accepted when some dead or canceled item
 // has it.
 func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
@@ -76,6 +79,20 @@ func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
 			return err
 		}
 	}
+	if f.Fingerprint != "" {
+		if err := checkFingerprint(ctx, s, f.Fingerprint); err != nil {
+			return err
+		}
+	}
+	if f.ActionID != 0 {
+		acts, err := s.ListActions(ctx, AuditFilter{BeforeID: f.ActionID + 1, Limit: 1})
+		if err != nil {
+			return fmt.Errorf("redrive: check action: %w", err)
+		}
+		if len(acts) == 0 || acts[0].ID != f.ActionID {
+			return badFilter("action", "unknown audit entry %d: the audit log has no such action", f.ActionID)
+		}
+	}
 	if f.Key != "" {
 		n, err := s.Count(ctx, ItemFilter{RunID: f.RunID, Pipeline: f.Pipeline, Key: f.Key, Limit: 1})
 		if err != nil {
@@ -87,6 +104,29 @@ func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
 			}
 			return badFilter("key", "unknown key %q: no item has it (nor \"<run>/%s\", as an input line's id, in the newest %d runs)", f.Key, f.Key, keyRunsLimit)
 		}
+	}
+	return nil
+}
+
+// checkFingerprint reports a cause (the fingerprint of an error, see
+// Fingerprint) that no item's reason and no failed attempt has. The items
+// are read first, through their fingerprint index; the attempts only when
+// no item has it (items redriven since), from the counts the store keeps
+// by cause.
+func checkFingerprint(ctx context.Context, s Store, fp string) error {
+	n, err := s.Count(ctx, ItemFilter{Fingerprint: fp, Limit: 1})
+	if err != nil {
+		return fmt.Errorf("redrive: check cause: %w", err)
+	}
+	if n > 0 {
+		return nil
+	}
+	groups, err := s.FailureGroups(ctx, ItemFilter{Fingerprint: fp, States: []State{StateDead, StateCanceled}})
+	if err != nil {
+		return fmt.Errorf("redrive: check cause: %w", err)
+	}
+	if len(groups) == 0 {
+		return badFilter("fingerprint", "unknown cause %q: no dead item and no failed attempt has it (the errors by cause list the known ones)", fp)
 	}
 	return nil
 }

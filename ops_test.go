@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -149,8 +150,18 @@ func TestRedriveFromEarlierStage(t *testing.T) {
 
 func TestCheckFilter(t *testing.T) {
 	eachStore(t, func(t *testing.T, s redrive.Store) {
+		// warm fails each item's first attempt: its cause is in the
+		// attempts only, no item dies of it.
+		var warmed sync.Map
+		warm := func(_ context.Context, it *redrive.Item) ([]byte, error) {
+			if _, again := warmed.LoadOrStore(it.ID, true); !again {
+				return nil, errors.New("cold start of worker 7")
+			}
+			return it.Payload, nil
+		}
 		p := redrive.Pipeline{Name: "p", Stages: []redrive.Stage{
 			{Name: "fetch", Handle: echo},
+			{Name: "warm", Handle: warm, Policy: fast(2)},
 			{Name: "llm_call", Handle: func(context.Context, *redrive.Item) ([]byte, error) { return nil, errors.New("boom") }, Policy: fast(1)},
 		}}
 		c := startClient(t, s, testConfig(nil), p)
@@ -160,10 +171,17 @@ func TestCheckFilter(t *testing.T) {
 			t.Fatal(err)
 		}
 		wait(t, c, run)
+		act, err := s.RecordAction(ctx, redrive.AuditAction{At: time.Now(), Actor: "ops", Kind: "redrive"})
+		if err != nil {
+			t.Fatal(err)
+		}
 		for _, f := range []redrive.ItemFilter{
 			{RunID: run.ID, Class: "retryable", Stage: "llm_call"},
 			{Pipeline: "p", Class: "final"},
 			{},
+			{Fingerprint: redrive.Fingerprint("boom")},
+			{Fingerprint: redrive.Fingerprint("cold start of worker 7")},
+			{ActionID: act},
 		} {
 			if err := redrive.CheckFilter(ctx, s, f); err != nil {
 				t.Errorf("CheckFilter(%+v) = %v", f, err)
@@ -171,10 +189,15 @@ func TestCheckFilter(t *testing.T) {
 		}
 		for _, f := range []redrive.ItemFilter{
 			{Class: "fnal"}, {Stage: "llm-call"}, {RunID: run.ID, Stage: "llm-call"}, {Pipeline: "nope"}, {RunID: run.ID, Pipeline: "q"},
+			{Fingerprint: "no such cause"}, {ActionID: act + 1},
 		} {
 			if err := redrive.CheckFilter(ctx, s, f); !errors.Is(err, redrive.ErrBadFilter) {
 				t.Errorf("CheckFilter(%+v) = %v, want ErrBadFilter", f, err)
 			}
+		}
+		var fe *redrive.FilterError
+		if err := redrive.CheckFilter(ctx, s, redrive.ItemFilter{Fingerprint: "no such cause"}); !errors.As(err, &fe) || fe.Field != "fingerprint" {
+			t.Errorf("CheckFilter(unknown cause) = %v, want a FilterError naming fingerprint", err)
 		}
 		if err := redrive.CheckFilter(ctx, s, redrive.ItemFilter{RunID: run.ID + 41}); !errors.Is(err, redrive.ErrNotFound) {
 			t.Errorf("CheckFilter(missing run) = %v, want ErrNotFound", err)

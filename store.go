@@ -312,6 +312,11 @@ type ItemFilter struct {
 	// IDs, when not empty, selects only the items with these IDs (an
 	// operator canceling one item). Default: none, any ID.
 	IDs []int64
+	// ActionID, when not 0, selects only the items that the audit log's
+	// action ActionID marked (see ActionMarks): the items a redrive,
+	// cancel or retry now changed, whatever state they are in since.
+	// Default 0: any item.
+	ActionID int64
 	// Limit caps the result. 0 means no limit (ListItems: 100).
 	Limit int
 }
@@ -333,6 +338,9 @@ func (f ItemFilter) Validate() error {
 		if id <= 0 {
 			return errors.New("redrive: filter IDs must be positive")
 		}
+	}
+	if f.ActionID < 0 {
+		return errors.New("redrive: filter action ID must be positive")
 	}
 	return nil
 }

@@ -61,8 +61,23 @@ type Options struct {
 	// StuckAfter is how long a pending item may stay due without being
 	// claimed before it counts in redrive_items_stuck; a running item
 	// counts as soon as its lease expired without the rescuer taking it
-	// over. Default 15 min.
+	// over. Thresholds may set it per pipeline. Default 15 min.
 	StuckAfter time.Duration
+	// DeadLettersWarning is how many items one stage may dead-letter in
+	// an hour before the warning alert fires, for pipelines whose
+	// Thresholds do not say (exported as
+	// redrive_alert_dead_letters_per_hour). Default 10.
+	DeadLettersWarning float64
+	// DeadLettersCritical is the dead letters an hour of one stage above
+	// which the critical alert fires, for pipelines whose Thresholds do
+	// not say. Default 1000.
+	DeadLettersCritical float64
+	// Thresholds returns the alert thresholds of the pipelines that have
+	// their own (see Thresholds), by pipeline; it is called at each
+	// refresh of the store-derived gauges, so that a reload of pipeline
+	// files applies at the next scrape. Default nil: the defaults above
+	// for every pipeline.
+	Thresholds func() map[string]Thresholds
 	// QueryTimeout bounds the store queries of one gauge refresh.
 	// Default 5 s.
 	QueryTimeout time.Duration
@@ -83,6 +98,12 @@ func (o Options) withDefaults() Options {
 	}
 	if o.StuckAfter <= 0 {
 		o.StuckAfter = DefaultStuckAfter
+	}
+	if o.DeadLettersWarning <= 0 {
+		o.DeadLettersWarning = DefaultDeadLettersWarning
+	}
+	if o.DeadLettersCritical <= 0 {
+		o.DeadLettersCritical = DefaultDeadLettersCritical
 	}
 	if o.QueryTimeout <= 0 {
 		o.QueryTimeout = DefaultQueryTimeout
@@ -126,6 +147,7 @@ var allNames = []string{
 	nameBreakerState, nameItems, nameItemsStuck, nameOldestDueAge,
 	nameBudgetRequests, nameBudgetRetries, nameBudgetRatio,
 	nameStoreErrors, nameRefreshDuration, nameTimeToSuccess,
+	nameStuckAfter, nameDeadLetterAlerts,
 	nameFlowRate, nameFlowSlowStart, nameFlowGate, nameFlowWaited, nameFlowLimited, nameFlowCalls,
 }
 
@@ -215,7 +237,8 @@ type Metrics struct {
 	budgets  map[string]*retry.Budget
 	flows    func() []redrive.FlowState
 
-	flowDescs flowDescs
+	flowDescs      flowDescs
+	thresholdDescs thresholdDescs
 }
 
 // zeroClasses are the error classes whose dead-letter counters a stage
@@ -249,7 +272,7 @@ type deadKey struct{ pipeline, stage, class string }
 func New(store redrive.Store, opts Options) *Metrics {
 	opts = opts.withDefaults()
 	ns := opts.Namespace
-	m := &Metrics{store: store, opts: opts, budgets: map[string]*retry.Budget{}, flowDescs: newFlowDescs(ns)}
+	m := &Metrics{store: store, opts: opts, budgets: map[string]*retry.Budget{}, flowDescs: newFlowDescs(ns), thresholdDescs: newThresholdDescs(ns)}
 	m.attempts = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: nameAttempts,
 		Help: "Attempts recorded, by pipeline, stage, outcome (succeeded, retry, rate_limited, dead, lost) and error class (none for a success).",
@@ -466,6 +489,8 @@ func (m *Metrics) Describe(ch chan<- *prometheus.Desc) {
 		ch <- m.stuckDesc
 		ch <- m.oldestDueDesc
 		ch <- m.refreshDurationDesc
+		ch <- m.thresholdDescs.stuckAfter
+		ch <- m.thresholdDescs.deadLetters
 	}
 	ch <- m.budgetRequestsDesc
 	ch <- m.budgetRetriesDesc
@@ -574,23 +599,27 @@ func (m *Metrics) refresh(ctx context.Context, now time.Time) ([]prometheus.Metr
 	}
 	ms = append(ms, prometheus.MustNewConstMetric(m.oldestDueDesc, prometheus.GaugeValue, age))
 
-	if err := m.countStuck(ctx, now, oldest, stuck); err != nil {
+	custom := m.customThresholds()
+	if err := m.countStuck(ctx, now, oldest, stuck, custom); err != nil {
 		return nil, err
 	}
+	withItems := make([]string, 0, len(stuck))
 	for p, n := range stuck {
 		ms = append(ms, prometheus.MustNewConstMetric(m.stuckDesc, prometheus.GaugeValue, float64(n), p))
+		withItems = append(withItems, p)
 	}
-	return ms, nil
+	return append(ms, m.thresholdGauges(withItems, custom)...), nil
 }
 
 // stuckPage is how many items one stuck-scan query reads.
 const stuckPage = 500
 
 // countStuck adds to stuck, per pipeline, the running items whose lease
-// expired and the pending items due before now-StuckAfter. oldest is the
-// oldest due time: when it is not that old, no pending item is stuck and
+// expired and the pending items due before now less their pipeline's stuck
+// threshold (custom, else StuckAfter). oldest is the oldest due time: when
+// it is not older than the shortest threshold, no pending item is stuck and
 // the scan is skipped.
-func (m *Metrics) countStuck(ctx context.Context, now, oldest time.Time, stuck map[string]int) error {
+func (m *Metrics) countStuck(ctx context.Context, now, oldest time.Time, stuck map[string]int, custom map[string]Thresholds) error {
 	// Running items are few: bounded by the workers of all processes.
 	var after int64
 	for {
@@ -608,9 +637,24 @@ func (m *Metrics) countStuck(ctx context.Context, now, oldest time.Time, stuck m
 		}
 		after = its[len(its)-1].ID
 	}
-	cutoff := now.Add(-m.opts.StuckAfter)
+	shortest := m.opts.StuckAfter
+	for _, t := range custom {
+		if t.StuckAfter > 0 {
+			shortest = min(shortest, t.StuckAfter)
+		}
+	}
+	cutoff := now.Add(-shortest)
 	if oldest.IsZero() || !oldest.Before(cutoff) {
 		return nil
+	}
+	cutoffs := map[string]time.Time{}
+	cutoffOf := func(p string) time.Time {
+		c, ok := cutoffs[p]
+		if !ok {
+			c = now.Add(-m.thresholds(p, custom).StuckAfter)
+			cutoffs[p] = c
+		}
+		return c
 	}
 	// A pending item due before cutoff was last updated before it too
 	// (NextAt is set at or after the update), so Until narrows the scan.
@@ -621,7 +665,7 @@ func (m *Metrics) countStuck(ctx context.Context, now, oldest time.Time, stuck m
 			return fmt.Errorf("metrics: overdue items: %w", err)
 		}
 		for _, it := range its {
-			if it.NextAt.Before(cutoff) {
+			if it.NextAt.Before(cutoffOf(it.Pipeline)) {
 				stuck[it.Pipeline]++
 			}
 		}

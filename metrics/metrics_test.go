@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"path/filepath"
 	"slices"
 	"strconv"
@@ -564,4 +565,51 @@ func BenchmarkObserve(b *testing.B) {
 			m.Observe(ev)
 		}
 	})
+}
+
+// TestThresholdsPerPipeline: each pipeline's stuck threshold decides its
+// stuck items; the thresholds in use are exported for the alert rules,
+// defaults for pipelines without their own, and a change of
+// Options.Thresholds (a reload) shows at the next refresh.
+func TestThresholdsPerPipeline(t *testing.T) {
+	store := openStore(t)
+	t0 := time.Now().Add(-time.Hour)
+	seed(t, store, "ocr", 3, 0, t0)     // due at t0
+	seed(t, store, "mail", 2, 0, t0)    // due at t0
+	seed(t, store, "billing", 2, 0, t0) // due at t0
+	clk := &clock{now: t0.Add(20 * time.Minute)}
+	custom := map[string]metrics.Thresholds{
+		"ocr":  {StuckAfter: time.Hour, DeadLettersWarning: 50},         // slow by design: not stuck yet
+		"mail": {StuckAfter: 5 * time.Minute, DeadLettersCritical: 200}, // stuck
+	}
+	var mu sync.Mutex
+	m := metrics.New(store, metrics.Options{Now: clk.Now, GaugeCacheTTL: -1, DeadLettersCritical: 5000, Thresholds: func() map[string]metrics.Thresholds {
+		mu.Lock()
+		defer mu.Unlock()
+		return maps.Clone(custom)
+	}})
+	reg := prometheus.NewRegistry()
+	if err := m.Register(reg); err != nil {
+		t.Fatal(err)
+	}
+	if got := series(t, reg, "redrive_items_stuck"); !mapsEqual(got, map[string]float64{"ocr": 0, "mail": 2, "billing": 2}) {
+		t.Errorf("redrive_items_stuck = %v, want ocr=0 (1 h threshold) mail=2 billing=2 (15 min default)", got)
+	}
+	if got := series(t, reg, "redrive_stuck_after_seconds"); !mapsEqual(got, map[string]float64{"ocr": 3600, "mail": 300, "billing": 900}) {
+		t.Errorf("redrive_stuck_after_seconds = %v", got)
+	}
+	want := map[string]float64{"ocr/warning": 50, "ocr/critical": 5000, "mail/warning": 10, "mail/critical": 200,
+		"billing/warning": 10, "billing/critical": 5000}
+	if got := series(t, reg, "redrive_alert_dead_letters_per_hour"); !mapsEqual(got, want) {
+		t.Errorf("redrive_alert_dead_letters_per_hour = %v, want %v", got, want)
+	}
+	mu.Lock()
+	custom = map[string]metrics.Thresholds{"billing": {StuckAfter: 30 * time.Minute}, "new": {DeadLettersWarning: 1}}
+	mu.Unlock()
+	if got := series(t, reg, "redrive_items_stuck"); !mapsEqual(got, map[string]float64{"ocr": 3, "mail": 2, "billing": 0}) {
+		t.Errorf("after the change redrive_items_stuck = %v, want ocr=3 mail=2 billing=0", got)
+	}
+	if got := series(t, reg, "redrive_alert_dead_letters_per_hour")["new/warning"]; got != 1 {
+		t.Errorf("a pipeline with thresholds and no items exports warning %v, want 1", got)
+	}
 }

@@ -29,9 +29,9 @@ func (s *Store) RetryNow(ctx context.Context, f redrive.ItemFilter, now time.Tim
 	sql := `UPDATE ` + s.q + `.items SET next_at = ` + nowP + `, ready = true, updated_at = ` + nowP + `
 		WHERE state = 'pending' AND next_at > ` + nowP + ` AND `
 	if f.Limit > 0 {
-		sql += `id = ANY(ARRAY(SELECT id FROM ` + s.q + `.items WHERE ` + itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE SKIP LOCKED))`
+		sql += `id = ANY(ARRAY(SELECT id FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE SKIP LOCKED))`
 	} else {
-		sql += itemWhere(f, &a)
+		sql += s.itemWhere(f, &a)
 	}
 	var n int64
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
@@ -57,7 +57,7 @@ func (s *Store) MarkItems(ctx context.Context, actionID int64, f redrive.ItemFil
 	}
 	var a args
 	act := a.add(actionID)
-	sel := `SELECT id, ` + act + `::bigint FROM ` + s.q + `.items WHERE ` + itemWhere(f, &a)
+	sel := `SELECT id, ` + act + `::bigint FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a)
 	if f.Limit > 0 {
 		sel += ` ORDER BY id` + limitClause(&a, f.Limit)
 	}

@@ -20,7 +20,7 @@ func (s *Store) DeadErrors(ctx context.Context, f redrive.ItemFilter) ([]redrive
 		return nil, fmt.Errorf("postgres: dead errors: %w", err)
 	}
 	var a args
-	where := itemWhere(f, &a)
+	where := s.itemWhere(f, &a)
 	rows, err := s.pool.Query(ctx, `SELECT pipeline, stage, COALESCE(reason_class, ''), COALESCE(reason_error, ''), count(*) AS n
 		FROM `+s.q+`.items WHERE `+where+` GROUP BY 1, 2, 3, 4 ORDER BY n DESC, 1, 2, 3, 4`, a...)
 	if err != nil {
@@ -100,7 +100,7 @@ func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redr
 		return nil, fmt.Errorf("postgres: failure groups: %w", err)
 	}
 	var ia, aa args
-	itemW := itemWhere(f, &ia)
+	itemW := s.itemWhere(f, &ia)
 	attW := attemptWhere(f, &aa)
 	var groups []redrive.ErrorGroup
 	var err error
@@ -213,10 +213,10 @@ func (s *Store) groupFailures(ctx context.Context, itemW string, ia args, attW s
 
 // keptCountsServe reports whether failure_counts holds the groups of f:
 // it filters by no more than run, pipeline, stage, class and fingerprint
-// (no key, error text, time or IDs),
+// (no key, error text, time, IDs or action),
 // and selects dead or canceled items only.
 func keptCountsServe(f redrive.ItemFilter) bool {
-	if f.ErrorContains != "" || f.Key != "" || !f.Since.IsZero() || !f.Until.IsZero() || !f.DueAfter.IsZero() || len(f.IDs) > 0 {
+	if f.ErrorContains != "" || f.Key != "" || !f.Since.IsZero() || !f.Until.IsZero() || !f.DueAfter.IsZero() || len(f.IDs) > 0 || f.ActionID != 0 {
 		return false
 	}
 	for _, st := range f.States {

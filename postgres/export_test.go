@@ -51,7 +51,7 @@ func OldestDueRead(ctx context.Context, s *Store, now time.Time, limit int) (tim
 func SamplesPlan(ctx context.Context, s *Store, g redrive.ErrorGroup) (string, error) {
 	var ia, aa args
 	f := redrive.ItemFilter{States: []redrive.State{redrive.StateDead}}
-	q, a := s.examplesSQL(g, itemWhere(f, &ia), ia, attemptWhere(f, &aa), aa)
+	q, a := s.examplesSQL(g, s.itemWhere(f, &ia), ia, attemptWhere(f, &aa), aa)
 	var plan string
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, planSettings); err != nil {

@@ -89,7 +89,7 @@ const reachedAt = `(CASE WHEN state IN ('dead', 'canceled') THEN coalesce(reason
 // itemWhere returns the conditions selecting f (without WHERE), always at
 // least "true". Since is inclusive, Until exclusive. Limit is left to the
 // caller.
-func itemWhere(f redrive.ItemFilter, a *args) string {
+func (s *Store) itemWhere(f redrive.ItemFilter, a *args) string {
 	conds := []string{"true"}
 	if f.RunID != 0 {
 		conds = append(conds, "run_id = "+a.add(f.RunID))
@@ -131,6 +131,10 @@ func itemWhere(f redrive.ItemFilter, a *args) string {
 	}
 	if len(f.IDs) > 0 {
 		conds = append(conds, "id = ANY("+a.add(f.IDs)+"::bigint[])")
+	}
+	if f.ActionID != 0 {
+		// Through action_items_action (migration 0020): one index range.
+		conds = append(conds, "id IN (SELECT item_id FROM "+s.q+".action_items WHERE action_id = "+a.add(f.ActionID)+")")
 	}
 	return strings.Join(conds, " AND ")
 }

@@ -97,7 +97,7 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 				CASE WHEN s.stage_index > 0 AND EXISTS (SELECT 1 FROM ` + s.q + `.attempts t
 					WHERE t.item_id = s.id AND t.stage = ` + stageP + ` AND t.stage_index = 0) THEN 0 END)
 		END, s.stage = ` + stageP + `
-	FROM (SELECT id, stage, stage_index FROM ` + s.q + `.items WHERE ` + itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE) s
+	FROM (SELECT id, stage, stage_index FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE) s
 	ORDER BY s.id`
 	var n int
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -32,7 +32,7 @@ func (s *Store) ListItems(ctx context.Context, f redrive.ItemFilter) ([]redrive.
 		f.Limit = 100
 	}
 	var a args
-	where := itemWhere(f, &a)
+	where := s.itemWhere(f, &a)
 	rows, err := s.pool.Query(ctx, `SELECT `+itemCols+` FROM `+s.q+`.items WHERE `+where+` ORDER BY id`+limitClause(&a, f.Limit), a...)
 	if err != nil {
 		return nil, s.fail("list items", err)
@@ -103,9 +103,9 @@ func (s *Store) CancelPending(ctx context.Context, f redrive.ItemFilter, r redri
 		reason_at = ` + at + `, reason_fingerprint = ` + a.add(redrive.Fingerprint(r.Error)) + `
 	WHERE state = 'pending' AND `
 	if f.Limit > 0 {
-		sql += `id = ANY(ARRAY(SELECT id FROM ` + s.q + `.items WHERE ` + itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE SKIP LOCKED))`
+		sql += `id = ANY(ARRAY(SELECT id FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE SKIP LOCKED))`
 	} else {
-		sql += itemWhere(f, &a)
+		sql += s.itemWhere(f, &a)
 	}
 	tag, err := s.pool.Exec(ctx, sql, a...)
 	if err != nil {
@@ -249,7 +249,7 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 	var a args
 	nowP, ivP, statesP := a.add(now), a.add(interval.Microseconds()), a.add(statesText(f.States))
 	sql := `WITH sel AS (
-		SELECT id FROM ` + s.q + `.items WHERE ` + itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE),
+		SELECT id FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE),
 	num AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS n FROM sel),
 	upd AS (
 		UPDATE ` + s.q + `.items i SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
@@ -296,7 +296,7 @@ func (s *Store) Purge(ctx context.Context, f redrive.ItemFilter) (int, error) {
 	// adds them under 'purged'.
 	var n int64
 	err = s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM `+s.q+`.items WHERE state = ANY(`+a.add(statesText(f.States))+`::text[]) AND id = ANY(ARRAY(
-		SELECT id FROM `+s.q+`.items WHERE `+itemWhere(f, &a)+` ORDER BY id`+limitClause(&a, f.Limit)+`)) RETURNING id, run_id),
+		SELECT id FROM `+s.q+`.items WHERE `+s.itemWhere(f, &a)+` ORDER BY id`+limitClause(&a, f.Limit)+`)) RETURNING id, run_id),
 	da AS (DELETE FROM `+s.q+`.attempts WHERE item_id IN (SELECT id FROM d)),
 	dm AS (DELETE FROM `+s.q+`.action_items WHERE item_id IN (SELECT id FROM d)),
 	pc AS (INSERT INTO `+s.q+`.run_counts (run_id, state, n) SELECT run_id, 'purged', count(*) FROM d GROUP BY run_id)
@@ -313,7 +313,7 @@ func (s *Store) Count(ctx context.Context, f redrive.ItemFilter) (int, error) {
 		return 0, fmt.Errorf("postgres: count: %w", err)
 	}
 	var a args
-	where := itemWhere(f, &a)
+	where := s.itemWhere(f, &a)
 	sql := `SELECT count(*) FROM ` + s.q + `.items WHERE ` + where
 	if f.Limit > 0 {
 		sql = `SELECT count(*) FROM (SELECT id FROM ` + s.q + `.items WHERE ` + where + ` ORDER BY id` + limitClause(&a, f.Limit) + `) c`

@@ -49,6 +49,9 @@ type Spec struct {
 	// Webhook, when set, is where the pipeline's notifications go (used by
 	// serve --pipelines workers). Default none.
 	Webhook *WebhookSpec `yaml:"webhook"`
+	// Alerts are the pipeline's alert thresholds (used by serve
+	// --pipelines). Default: serve's flags, else the defaults.
+	Alerts AlertsSpec `yaml:"alerts"`
 
 	// Pos is where the mapping starts in the file (set by Parse).
 	Pos Pos `yaml:"-"`
@@ -319,6 +322,9 @@ func (s *Spec) validate() error {
 		return at(keyPos(s.Keys, "max_attempts", s.Pos), "max_attempts %d must not be negative (0 or unset means no cap across stages)", s.MaxAttempts)
 	}
 	if err := s.Run.validate(s.Pos); err != nil {
+		return err
+	}
+	if err := s.Alerts.validate(keyPos(s.Keys, "alerts", s.Pos)); err != nil {
 		return err
 	}
 	if s.Webhook != nil {

@@ -209,10 +209,10 @@ func (s *Store) keptFailureCounts(ctx context.Context, f redrive.ItemFilter) ([]
 
 // keptCountsServe reports whether failure_counts holds the groups of f:
 // it filters by no more than run, pipeline, stage, class and fingerprint
-// (no key, error text, time or IDs),
+// (no key, error text, time, IDs or action),
 // and selects dead or canceled items only.
 func keptCountsServe(f redrive.ItemFilter) bool {
-	if f.ErrorContains != "" || f.Key != "" || !f.Since.IsZero() || !f.Until.IsZero() || !f.DueAfter.IsZero() || len(f.IDs) > 0 {
+	if f.ErrorContains != "" || f.Key != "" || !f.Since.IsZero() || !f.Until.IsZero() || !f.DueAfter.IsZero() || len(f.IDs) > 0 || f.ActionID != 0 {
 		return false
 	}
 	for _, st := range f.States {

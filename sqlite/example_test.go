@@ -117,5 +117,6 @@ func ExampleStore_MigrationStatus() {
 	// 0017 waiting_only applied: true
 	// 0018 attempt_started applied: true
 	// 0019 request_keys applied: true
+	// 0020 action_marks_by_action applied: true
 	// 0021 outbox_output applied: true
 }

@@ -91,6 +91,11 @@ func itemWhere(f redrive.ItemFilter) (string, []any) {
 			args = append(args, id)
 		}
 	}
+	if f.ActionID != 0 {
+		// Through action_items_action (migration 0020): one index range.
+		where = append(where, "id IN (SELECT item_id FROM action_items WHERE action_id = ?)")
+		args = append(args, f.ActionID)
+	}
 	if len(where) == 0 {
 		return "1", nil
 	}

@@ -177,3 +177,57 @@ func testRetryNowIsReady(h *h) {
 	got := h.claim(redrive.ClaimRequest{Pipelines: []string{"p"}, Limit: 1, Now: now})
 	h.equalIDs("the first claim after RetryNow", ids(got), []int64{urgent})
 }
+
+// testFilterAction: ItemFilter.ActionID selects the items an action marked,
+// whatever state they moved on to, with the other fields of the filter,
+// in every read and write that takes a filter.
+func testFilterAction(h *h) {
+	r, m := dlqFixture(h)
+	dead := []redrive.State{redrive.StateDead}
+	redriven, err := h.s.RecordAction(h.ctx, redrive.AuditAction{At: at(time.Hour), Actor: "ops", Kind: "redrive"})
+	if err != nil {
+		h.Fatal(err)
+	}
+	// The final deaths only: badreq and percent.
+	if n, err := h.s.MarkItems(h.ctx, redriven, redrive.ItemFilter{RunID: r.ID, States: dead, Class: "final"}); err != nil || n != 2 {
+		h.Fatalf("MarkItems(final) = %d, %v; want 2", n, err)
+	}
+	other, err := h.s.RecordAction(h.ctx, redrive.AuditAction{At: at(time.Hour), Actor: "ops", Kind: "cancel"})
+	if err != nil {
+		h.Fatal(err)
+	}
+	if _, err := h.s.MarkItems(h.ctx, other, redrive.ItemFilter{Key: "pending"}); err != nil {
+		h.Fatal(err)
+	}
+	marked := []int64{m["badreq"], m["percent"]}
+	h.equalIDs("ActionID", itemIDs(h.list(redrive.ItemFilter{ActionID: redriven})), marked)
+	h.equalIDs("ActionID, dead", itemIDs(h.list(redrive.ItemFilter{ActionID: redriven, States: dead})), marked)
+	h.equalIDs("ActionID, key percent", itemIDs(h.list(redrive.ItemFilter{ActionID: redriven, Key: "percent"})), []int64{m["percent"]})
+	if groups, err := h.s.FailureGroups(h.ctx, redrive.ItemFilter{ActionID: redriven, States: dead}); err != nil {
+		h.Fatal(err)
+	} else {
+		deadIn := 0
+		for _, g := range groups {
+			deadIn += g.Dead
+		}
+		if deadIn != 2 {
+			h.Errorf("FailureGroups(ActionID) count %d dead items in %+v, want the 2 marked", deadIn, groups)
+		}
+	}
+	// The marked items move on; the filter still selects them.
+	if n, err := h.s.Redrive(h.ctx, redrive.ItemFilter{ActionID: redriven, States: dead}, at(2*time.Hour), 0); err != nil || n != 2 {
+		h.Fatalf("Redrive(ActionID) = %d, %v; want 2", n, err)
+	}
+	if c := h.count(redrive.ItemFilter{ActionID: redriven, States: []redrive.State{redrive.StatePending}}); c != 2 {
+		h.Errorf("Count(ActionID, pending) after the redrive = %d, want 2", c)
+	}
+	if c := h.count(redrive.ItemFilter{RunID: r.ID, States: dead}); c != 2 {
+		h.Errorf("%d dead items left, want the 2 that were not marked", c)
+	}
+	if c := h.count(redrive.ItemFilter{ActionID: other + 1000}); c != 0 {
+		h.Errorf("Count(ActionID of no action) = %d, want 0", c)
+	}
+	if _, err := h.s.Count(h.ctx, redrive.ItemFilter{ActionID: -1}); err == nil {
+		h.Error("Count(ActionID -1) succeeded")
+	}
+}

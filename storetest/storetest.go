@@ -100,7 +100,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"RateLimitedWaits", testRateLimitedWaits},
 		{"ErrorGroups", testErrorGroups}, {"StoredFingerprints", testStoredFingerprints}, {"FailureCounts", testFailureCounts},
 		{"AuditLog", testAuditLog},
-		{"RetryNow", testRetryNow}, {"RetryNowIsReady", testRetryNowIsReady}, {"FilterKey", testFilterKey}, {"ActionMarks", testActionMarks},
+		{"RetryNow", testRetryNow}, {"RetryNowIsReady", testRetryNowIsReady}, {"FilterKey", testFilterKey}, {"ActionMarks", testActionMarks}, {"FilterAction", testFilterAction},
 		{"PauseStages", testPauseStages},
 		{"Timeline", testTimeline}, {"LeaseLoads", testLeaseLoads}, {"PauseReason", testPauseReason},
 		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery}, {"OutboxCallbacks", testOutboxCallbacks},

@@ -392,6 +392,10 @@ func (s *server) listRuns(w http.ResponseWriter, r *http.Request) {
 		writeBad(w, q.err)
 		return
 	}
+	if err := redrive.CheckFilter(r.Context(), s.store, redrive.ItemFilter{Pipeline: f.Pipeline}); err != nil {
+		s.filterFail(w, r, "list runs", redrive.ItemFilter{}, err)
+		return
+	}
 	f.BeforeID, f.Limit = before, limit+1
 	runs, err := s.store.ListRuns(r.Context(), f)
 	if err != nil {
@@ -469,7 +473,7 @@ func nonNil[T any](s *[]T) {
 	}
 }
 
-var itemParams = []string{"run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "since", "until", "limit", "cursor", "include"}
+var itemParams = []string{"run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "action", "since", "until", "limit", "cursor", "include"}
 
 // itemFilter reads the item filter parameters shared by /items and /dlq.
 func (s *server) itemFilter(q *query) redrive.ItemFilter {
@@ -482,6 +486,7 @@ func (s *server) itemFilter(q *query) redrive.ItemFilter {
 		Class:         q.str("class"),
 		ErrorContains: q.str("error_contains"),
 		Fingerprint:   q.str("fingerprint"),
+		ActionID:      q.id("action"),
 		Since:         q.time("since"),
 		Until:         q.time("until"),
 		Limit:         s.limit(q),
@@ -638,11 +643,9 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
-	if runID != 0 {
-		if _, err := s.store.GetRun(ctx, runID); err != nil {
-			s.fail(w, r, "stats", err)
-			return
-		}
+	if err := redrive.CheckFilter(ctx, s.store, redrive.ItemFilter{RunID: runID, Pipeline: pipeline}); err != nil {
+		s.filterFail(w, r, "stats", redrive.ItemFilter{RunID: runID}, err)
+		return
 	}
 	counts, err := s.store.StateCounts(ctx, runID)
 	if err != nil {
@@ -674,7 +677,7 @@ func (s *server) stats(w http.ResponseWriter, r *http.Request) {
 // attempt history (redrive.ExportRecord). limit bounds the total
 // (default: everything); there is no cursor.
 func (s *server) exportDLQ(w http.ResponseWriter, r *http.Request) {
-	q := newQuery(r, "run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "since", "until", "limit")
+	q := newQuery(r, "run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "action", "since", "until", "limit")
 	f := redrive.ItemFilter{
 		RunID:         q.id("run"),
 		Pipeline:      q.str("pipeline"),
@@ -684,6 +687,7 @@ func (s *server) exportDLQ(w http.ResponseWriter, r *http.Request) {
 		Class:         q.str("class"),
 		ErrorContains: q.str("error_contains"),
 		Fingerprint:   q.str("fingerprint"),
+		ActionID:      q.id("action"),
 		Since:         q.time("since"),
 		Until:         q.time("until"),
 	}
@@ -741,14 +745,20 @@ type filterBody struct {
 	Limit       int    `json:"limit"`
 	// IDs, when set, selects only these items (the item page's actions).
 	IDs []int64 `json:"ids"`
+	// Action, when set, selects only the items that audit log entry
+	// changed (redrive.ItemFilter.ActionID). Default 0: any.
+	Action int64 `json:"action"`
 }
 
 // filter returns the filter, refusing states outside allowed.
 func (d filterBody) filter(allowed ...redrive.State) (redrive.ItemFilter, error) {
 	f := redrive.ItemFilter{RunID: d.Run, Pipeline: d.Pipeline, Stage: d.Stage, Key: d.Key, Class: d.Class,
-		ErrorContains: d.ErrorContains, Fingerprint: d.Fingerprint, Limit: d.Limit, IDs: d.IDs}
+		ErrorContains: d.ErrorContains, Fingerprint: d.Fingerprint, Limit: d.Limit, IDs: d.IDs, ActionID: d.Action}
 	if d.Run < 0 {
 		return f, badField("run", "must be a positive run ID")
+	}
+	if d.Action < 0 {
+		return f, badField("action", "must be a positive audit entry ID")
 	}
 	var err error
 	if f.Since, err = parseTime("since", d.Since); err != nil {
@@ -790,7 +800,7 @@ func joinStates(ss []redrive.State) string {
 
 func (d filterBody) empty() bool {
 	return d.Run == 0 && d.Pipeline == "" && d.Stage == "" && d.Key == "" && d.Class == "" && d.ErrorContains == "" &&
-		d.Fingerprint == "" && d.Since == "" && d.Until == "" && d.Limit == 0 && len(d.IDs) == 0
+		d.Fingerprint == "" && d.Since == "" && d.Until == "" && d.Limit == 0 && len(d.IDs) == 0 && d.Action == 0
 }
 
 // dlqRequest is the body of POST /api/v1/dlq/redrive and /purge.
@@ -868,7 +878,7 @@ func (s *server) redrive(w http.ResponseWriter, r *http.Request) {
 	if len(mark.States) == 0 {
 		mark.States = []redrive.State{redrive.StateDead}
 	}
-	act := s.beginAudit(r, "redrive", f, mark, redriveDetail(req.Rate, req.FromStage))
+	act := s.beginAudit(r, "redrive", f, mark, RedriveDetail(req.Rate, req.FromStage))
 	n, err := redrive.Redrive(r.Context(), s.store, f, opts)
 	warning := act.end(s, r, n, err)
 	if err != nil {

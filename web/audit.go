@@ -19,18 +19,24 @@ const cursorAudit = "a"
 // Options.Token, which has no name of its own.
 const actorDefault = "default"
 
-// actor names who made request r: the name of the token it authenticated
-// with, "default" for Options.Token.
-func actor(r *http.Request) string {
-	if n, ok := r.Context().Value(tokenNameKey{}).(*string); ok && *n != "" && *n != legacyTokenName {
-		return *n
+// actor names who made request r: the person the trusted header of
+// Options.ActorHeader names, else the name of the token it authenticated
+// with ("default" for Options.Token). require has refused a header value
+// that cannot be a name.
+func (s *server) actor(r *http.Request) string {
+	if p, err := s.proxyActor(r); err == nil && p != "" {
+		return p
+	}
+	if n := tokenName(r); n != "" {
+		return s.tokenLabel(n)
 	}
 	return actorDefault
 }
 
-// filterQuery writes f as the URL query the API and the console read, so
-// that an audit entry links back to the items it selected.
-func filterQuery(f redrive.ItemFilter) string {
+// FilterQuery writes f as the URL query the API and the console read
+// (run=3&stage=fetch), as the audit log records the filter of an action:
+// the command line records its actions in the same form.
+func FilterQuery(f redrive.ItemFilter) string {
 	v := url.Values{}
 	if f.RunID != 0 {
 		v.Set("run", strconv.FormatInt(f.RunID, 10))
@@ -47,6 +53,9 @@ func filterQuery(f redrive.ItemFilter) string {
 			ss[i] = string(st)
 		}
 		v.Set("state", strings.Join(ss, ","))
+	}
+	if f.ActionID != 0 {
+		v.Set("action", strconv.FormatInt(f.ActionID, 10))
 	}
 	if len(f.IDs) > 0 {
 		ids := make([]string, len(f.IDs))
@@ -72,7 +81,7 @@ func filterQuery(f redrive.ItemFilter) string {
 // a failure to record it is logged and returned as a warning, not an
 // error.
 func (s *server) audit(r *http.Request, kind string, f redrive.ItemFilter, n int, detail string) string {
-	a := redrive.AuditAction{At: s.opts.Now().UTC(), Actor: actor(r), Kind: kind, Filter: filterQuery(f), Count: n, Detail: detail}
+	a := redrive.AuditAction{At: s.opts.Now().UTC(), Actor: s.actor(r), Kind: kind, Filter: FilterQuery(f), Count: n, Detail: detail}
 	if _, err := s.store.RecordAction(r.Context(), a); err != nil {
 		s.opts.Logger.Error("web: record action in the audit log", "kind", kind, "count", n, "error", err)
 		return auditWarning
@@ -104,8 +113,8 @@ func (s *server) beginAudit(r *http.Request, kind string, f, mark redrive.ItemFi
 	}
 	a := &auditedAction{kind: kind, detail: detail}
 	if err == nil {
-		a.id, err = s.store.RecordAction(ctx, redrive.AuditAction{At: s.opts.Now().UTC(), Actor: actor(r), Kind: kind,
-			Filter: filterQuery(f), Count: n, Detail: detail})
+		a.id, err = s.store.RecordAction(ctx, redrive.AuditAction{At: s.opts.Now().UTC(), Actor: s.actor(r), Kind: kind,
+			Filter: FilterQuery(f), Count: n, Detail: detail})
 	}
 	if err == nil {
 		_, err = s.store.MarkItems(ctx, a.id, mark)
@@ -144,8 +153,10 @@ func (a *auditedAction) end(s *server, r *http.Request, n int, actErr error) str
 	return ""
 }
 
-// redriveDetail describes how a redrive was done, for the audit log.
-func redriveDetail(rate float64, fromStage string) string {
+// RedriveDetail describes how a redrive was done, as the audit log
+// records it ("rate 5/s from stage fetch"); "" for all at once from the
+// stage that stopped the items.
+func RedriveDetail(rate float64, fromStage string) string {
 	var parts []string
 	if rate > 0 {
 		parts = append(parts, fmt.Sprintf("rate %g/s", rate))

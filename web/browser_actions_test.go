@@ -29,8 +29,8 @@ func waitingRun(t *testing.T, f *fixture, p string, n int) int64 {
 }
 
 // TestBrowserActions drives the pending items' actions and the item page
-// in real Chromium: a token without the admin scope is refused (API 403,
-// the page says so) and changes nothing; cancel pending shows its dry-run
+// in real Chromium: a token without the admin scope is refused (API 403;
+// the page names what it lacks and asks for another) and changes nothing; cancel pending shows its dry-run
 // count before it changes anything; retry now makes waiting items due
 // with their attempts kept; a per-item redrive and purge; the audit marks on the
 // items' timelines; pages both ways; and no raw store error on a page.
@@ -63,7 +63,8 @@ func TestBrowserActions(t *testing.T) {
 		t.Fatalf("retry now with a submit token: %s, want 403", res.Status)
 	}
 
-	// So does the page: the error is shown and nothing changes.
+	// So does the page: it says the token lacks the admin scope, asks for
+	// another, and nothing changes when none is given.
 	err = chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/#/dlq?state=pending&pipeline=wait"),
 		textContains("#dlq-total", "12 items match"),
@@ -71,7 +72,10 @@ func TestBrowserActions(t *testing.T) {
 		chromedp.WaitVisible("#token-input"),
 		chromedp.SendKeys("#token-input", submitter),
 		chromedp.Click(`dialog button[value="ok"]`),
-		textContains("#action-status", "Error:"),
+		textContains("dialog h2", "Token app lacks the admin scope"),
+		textContains("dialog", "grants submit"),
+		chromedp.Click(`dialog button[value="cancel"]`),
+		textContains("#action-status", "Nothing changed"),
 		textContains("#action-status", "admin"),
 	)
 	if err != nil {

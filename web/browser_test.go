@@ -143,7 +143,6 @@ func TestBrowserConsole(t *testing.T) {
 	if err != nil {
 		t.Fatalf("redrive dry run: %v", err)
 	}
-	screenshot(t, ctx, "ui-confirm-redrive")
 	if n := f.count(t, redrive.ItemFilter{States: dead, Class: "final"}); n != 30 {
 		t.Fatalf("the dry run changed items: %d final dead, want 30", n)
 	}
@@ -219,21 +218,21 @@ func TestBrowserConsole(t *testing.T) {
 		t.Errorf("run after the purge: %+v, %v", r.Counts, err)
 	}
 
-	// Both actions are in the audit log, newest first, linked to their
-	// selection.
+	// Both actions are in the audit log, newest first, their selection in
+	// words.
 	err = chromedp.Do(ctx,
 		chromedp.Navigate(srv.URL+"/#/audit"),
 		textContains("tbody tr:nth-child(1)", "purge"),
-		textContains("tbody tr:nth-child(1)", "class=retryable"),
+		textContains("tbody tr:nth-child(1)", "dead items · class retryable"),
+		textContains("tbody tr:nth-child(1)", "30 items deleted"),
 		textContains("tbody tr:nth-child(2)", "redrive"),
-		textContains("tbody tr:nth-child(2)", "class=final&stage=fetch"),
+		textContains("tbody tr:nth-child(2)", "dead items · stage fetch · class final"),
 		textContains("tbody tr:nth-child(2)", "rate 5/s"),
 		textContains("tbody tr:nth-child(2)", "default"),
 	)
 	if err != nil {
 		t.Fatalf("audit log: %v", err)
 	}
-	screenshot(t, ctx, "ui-audit-log")
 
 	// A failing store: the page says what failed, never the store's words.
 	f.store.Close()

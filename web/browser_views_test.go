@@ -274,7 +274,7 @@ func TestBrowserViews(t *testing.T) {
 	err = chromedp.Do(bctx,
 		chromedp.Navigate(srv.URL+"/#/audit"),
 		textContains("tbody tr:nth-child(1)", "resume"),
-		textContains("tbody tr:nth-child(1)", "pipeline=mail&stage=fetch"),
+		textContains("tbody tr:nth-child(1)", "stage mail / fetch"),
 		textContains("tbody tr:nth-child(2)", "pause"),
 		textContains("tbody tr:nth-child(2)", "ops"),
 		textContains("tbody tr:nth-child(2)", "mail provider outage"),

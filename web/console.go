@@ -21,10 +21,10 @@ type countResponse struct {
 	Total int `json:"total"`
 }
 
-// GET /api/v1/count?run=&pipeline=&stage=&key=&state=&class=&error_contains=&fingerprint=&since=&until=:
+// GET /api/v1/count?run=&pipeline=&stage=&key=&state=&class=&error_contains=&fingerprint=&action=&since=&until=:
 // how many items the filter selects, for the totals of a list.
 func (s *server) countItems(w http.ResponseWriter, r *http.Request) {
-	q := newQuery(r, "run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "since", "until")
+	q := newQuery(r, "run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "action", "since", "until")
 	f := s.itemFilter(q)
 	f.Limit = 0
 	if q.err != nil {
@@ -43,11 +43,11 @@ func (s *server) countItems(w http.ResponseWriter, r *http.Request) {
 	writeJSON(w, http.StatusOK, countResponse{Total: n})
 }
 
-// GET /api/v1/errors?run=&pipeline=&stage=&key=&state=&class=&error_contains=&fingerprint=&since=&until=:
+// GET /api/v1/errors?run=&pipeline=&stage=&key=&state=&class=&error_contains=&fingerprint=&action=&since=&until=:
 // the failures the filter selects grouped by cause (redrive.ErrorGroup),
 // ranked by deaths. state is dead (the default), canceled or both.
 func (s *server) errorGroups(w http.ResponseWriter, r *http.Request) {
-	q := newQuery(r, "run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "since", "until")
+	q := newQuery(r, "run", "pipeline", "stage", "key", "state", "class", "error_contains", "fingerprint", "action", "since", "until")
 	f := s.itemFilter(q)
 	f.States = dlqStates(q, f.States)
 	f.Limit = 0

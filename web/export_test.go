@@ -4,7 +4,7 @@ package web
 // beside the UI (with Options.Metrics set), for the OpenAPI test.
 func RoutePatterns() []string {
 	s := &server{}
-	out := []string{"GET /healthz", "GET /readyz", "GET /metrics"}
+	out := []string{"GET /healthz", "GET /readyz", "GET /metrics", "GET /api/v1/whoami"}
 	for _, r := range append(append(append(s.routes(), s.consoleRoutes()...), s.pendingRoutes()...), s.leaseRoutes()...) {
 		out = append(out, r.pattern)
 	}

@@ -225,6 +225,14 @@ func (s *server) stages(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	ctx := r.Context()
+	// A pipeline the server accepts items for is known before its first
+	// run; any other must have runs.
+	if pipeline != "" && !slices.ContainsFunc(s.opts.Pipelines, func(p PipelineRef) bool { return p.Name == pipeline }) {
+		if err := redrive.CheckFilter(ctx, s.store, redrive.ItemFilter{Pipeline: pipeline}); err != nil {
+			s.fail(w, r, "stages", err)
+			return
+		}
+	}
 	counts, err := s.store.StateCounts(ctx, 0)
 	if err != nil {
 		s.fail(w, r, "stages", err)
@@ -361,7 +369,7 @@ func (s *server) pauseStage(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	reason := strings.TrimSpace(req.Reason)
-	changed, err := s.store.PauseStage(r.Context(), redrive.StagePause{Pipeline: req.Pipeline, Stage: req.Stage, By: actor(r), At: s.opts.Now().UTC(), Reason: reason})
+	changed, err := s.store.PauseStage(r.Context(), redrive.StagePause{Pipeline: req.Pipeline, Stage: req.Stage, By: s.actor(r), At: s.opts.Now().UTC(), Reason: reason})
 	if err != nil {
 		s.fail(w, r, "pause stage", err)
 		return

@@ -58,6 +58,19 @@ type Options struct {
 	// the same scope (rotation). With neither Token nor Tokens, submit and
 	// admin endpoints answer 403 and reads are open. Default none.
 	Tokens []Token
+	// ActorHeader names a request header that an authenticating reverse
+	// proxy sets to the person it let through (oauth2-proxy's
+	// X-Forwarded-User or X-Forwarded-Email, an ingress's
+	// X-Auth-Request-User). When set, the audit log records that person
+	// as the actor of the request's actions, and the request log names
+	// them; a request without the header is recorded under its token's
+	// name. The header names the actor only: every endpoint still needs a
+	// token with its scope. Trusting it is safe only when the proxy strips
+	// any copy a client sends and nothing reaches the server except
+	// through the proxy (bind to loopback, or a network only the proxy
+	// reaches): otherwise anyone with a token can act under any name.
+	// Default "": the actor is the token's name.
+	ActorHeader string
 	// Pipelines are the pipelines the submit endpoints accept items for;
 	// others get 404. Default none: every submit answers 404.
 	Pipelines []PipelineRef
@@ -216,6 +229,7 @@ func NewHandler(store redrive.Store, opts Options) http.Handler {
 		allow[path] = append(allow[path], method)
 	}
 	handle("GET /healthz", s.healthz)
+	handle("GET /api/v1/whoami", s.whoami)
 	handle("GET /readyz", s.readyz)
 	if s.opts.Metrics != nil {
 		mux.Handle("GET /metrics", s.opts.Metrics)
@@ -299,8 +313,8 @@ func (w *statusWriter) Write(b []byte) (int, error) {
 func (w *statusWriter) Unwrap() http.ResponseWriter { return w.ResponseWriter }
 
 // logRequests logs method, path (without the query), status, size,
-// duration and the name of the token used. Headers, and so the secret,
-// are never logged.
+// duration, the name of the token used and, with Options.ActorHeader, the
+// person it names. Other headers, and so the secret, are never logged.
 func (s *server) logRequests(h http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		start := time.Now()
@@ -315,10 +329,13 @@ func (s *server) logRequests(h http.Handler) http.Handler {
 		if sw.status >= 500 {
 			level = slog.LevelError
 		}
-		s.opts.Logger.LogAttrs(r.Context(), level, "http request",
-			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+		attrs := []slog.Attr{slog.String("method", r.Method), slog.String("path", r.URL.Path),
 			slog.Int("status", sw.status), slog.Int64("bytes", sw.bytes),
-			slog.Duration("duration", time.Since(start)), slog.String("token", tokenName))
+			slog.Duration("duration", time.Since(start)), slog.String("token", tokenName)}
+		if p, err := s.proxyActor(r); err == nil && p != "" {
+			attrs = append(attrs, slog.String("actor", p))
+		}
+		s.opts.Logger.LogAttrs(r.Context(), level, "http request", attrs...)
 	})
 }
 

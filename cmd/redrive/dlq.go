@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/web"
 	"github.com/spf13/cobra"
 	"golang.org/x/term"
 )
@@ -44,7 +45,9 @@ Every dlq command takes the same filters: --run, --pipeline, --stage, --class,
 
 redrive and purge change state: they print the number of items they would
 change with --dry-run, ask for confirmation on a terminal, and need --yes
-otherwise (exit code 4 without it).`
+otherwise (exit code 4 without it). They are recorded in the audit log, as
+actions through the API and the console are, under --actor (default: the
+OS user); a redrive links the items it changed to its entry.`
 	cmd.AddCommand(newDLQListCmd(), newDLQShowCmd(), newDLQExportCmd(), newDLQRedriveCmd(), newDLQPurgeCmd())
 	return cmd
 }
@@ -296,6 +299,7 @@ says so when no live worker serves it (see ` + "`redrive workers`" + `).`,
 	}
 	ff.add(cmd, 0, "0 means all", dlqStateHelp)
 	c.add(cmd, "redriven")
+	actor := addActorFlag(cmd)
 	cmd.Flags().Float64Var(&rate, "rate", 0, "items per second to make due (0: all at once)")
 	cmd.Flags().StringVar(&fromStage, "from-stage", "", "restart the items at this earlier stage, with the input it had (default: the stage that stopped each item)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
@@ -309,6 +313,10 @@ says so when no live worker serves it (see ` + "`redrive workers`" + `).`,
 		}
 		if cmd.Flags().Changed("from-stage") && fromStage == "" {
 			return flagErrorf("from-stage", "empty stage name: name a stage, or leave --from-stage out")
+		}
+		who, err := actorOf(cmd, *actor)
+		if err != nil {
+			return err
 		}
 		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
 			if f, err = resolveFilter(ctx, s, f); err != nil {
@@ -324,7 +332,17 @@ says so when no live worker serves it (see ` + "`redrive workers`" + `).`,
 			if err := confirm(cmd, c, "redriven", n, f); err != nil {
 				return err
 			}
+			// The items are marked before they move: afterwards the
+			// filter no longer selects them.
+			detail := web.RedriveDetail(rate, fromStage)
+			act, err := beginChange(ctx, s, who, "redrive", f, n, detail, &f)
+			if err != nil {
+				return err
+			}
 			n, err = redrive.Redrive(ctx, s, f, redrive.RedriveOptions{Rate: rate, Now: time.Now(), FromStage: fromStage})
+			if aerr := act.end(ctx, "redrive", n, detail, err); aerr != nil {
+				return aerr
+			}
 			if err != nil {
 				return fromStageErr(err)
 			}
@@ -362,8 +380,13 @@ their attempt history. This cannot be undone: export them first
 	}
 	ff.add(cmd, 0, "0 means all", dlqStateHelp)
 	c.add(cmd, "purged")
+	actor := addActorFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		f, err := ff.filter(time.Now())
+		if err != nil {
+			return err
+		}
+		who, err := actorOf(cmd, *actor)
 		if err != nil {
 			return err
 		}
@@ -381,7 +404,15 @@ their attempt history. This cannot be undone: export them first
 			if err := confirm(cmd, c, "purged", n, f); err != nil {
 				return err
 			}
+			// No marks: a purged item's marks go with it.
+			act, err := beginChange(ctx, s, who, "purge", f, n, "", nil)
+			if err != nil {
+				return err
+			}
 			n, err = redrive.Purge(ctx, s, f, false)
+			if aerr := act.end(ctx, "purge", n, "", err); aerr != nil {
+				return aerr
+			}
 			if err != nil {
 				return dlqErr("purge", err)
 			}

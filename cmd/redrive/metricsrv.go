@@ -19,7 +19,13 @@ import (
 // engineMetrics returns the engine's collectors over s, with the Go and
 // process collectors, and the /metrics handler that serves them.
 func engineMetrics(s redrive.Store) (*metrics.Metrics, http.Handler, error) {
-	m := metrics.New(s, metrics.Options{})
+	return engineMetricsWith(s, metrics.Options{})
+}
+
+// engineMetricsWith is engineMetrics with options (serve's alert
+// thresholds).
+func engineMetricsWith(s redrive.Store, opts metrics.Options) (*metrics.Metrics, http.Handler, error) {
+	m := metrics.New(s, opts)
 	reg := prometheus.NewRegistry()
 	for _, err := range []error{
 		m.Register(reg),

@@ -45,6 +45,10 @@ func newRunsListCmd() *cobra.Command {
 			return flagErrorf("limit", "%d is out of range: give 1 to 1000", limit)
 		}
 		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
+			// A pipeline no run has is a typo, not "no runs".
+			if err := checkFilter(ctx, s, redrive.ItemFilter{Pipeline: pipeline}); err != nil {
+				return err
+			}
 			runs, err := s.ListRuns(ctx, f)
 			if err != nil {
 				return fmt.Errorf("list runs: %w", err)

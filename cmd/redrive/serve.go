@@ -9,9 +9,11 @@ import (
 	"net/url"
 	"os"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/runner"
 	"github.com/redrive/redrive/web"
 	"github.com/spf13/cobra"
 )
@@ -43,6 +45,8 @@ func newServeCmd() *cobra.Command {
 		callbackFile    string
 		callbackPrivate bool
 		publicURL       string
+		actorHeader     string
+		alerts          alertFlags
 	)
 	cmd := &cobra.Command{
 		Use:   "serve",
@@ -103,6 +107,10 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 	cmd.Flags().BoolVar(&callbackPrivate, "callback-allow-private", false, "let item callbacks reach loopback, private and link-local addresses (by default only public addresses: a callback URL comes from whoever submits the item)")
 	cmd.Flags().StringVar(&publicURL, "public-url", "", "the URL receivers reach this API at (e.g. https://redrive.example.com): an item.succeeded notification whose output is too large to carry names the item's URL under it (default: the path /api/v1/items/ID alone)")
 	cmd.Flags().StringVar(&callbackFile, "callback-secret-file", "", "file whose content signs item callbacks of pipelines without a webhook (env "+envCallbackSecret+")")
+	cmd.Flags().StringVar(&actorHeader, "actor-header", "", "behind a reverse proxy that authenticates people, the request header it sets to the user (e.g. X-Forwarded-User): the audit log records that person; trust it only when the proxy strips copies clients send and serve is reachable through the proxy alone, bound to loopback (default none: the token's name)")
+	cmd.Flags().StringArrayVar(&alerts.stuckAfter, "stuck-after", nil, "how long a pending item may stay due unclaimed before it counts as stuck: DURATION for every pipeline (default 15m), or PIPELINE=DURATION (repeatable; wins over the file's alerts:)")
+	cmd.Flags().StringArrayVar(&alerts.warning, "dead-letters-warning", nil, "dead letters an hour of one stage above which the warning alert fires: N for every pipeline (default 10), or PIPELINE=N (repeatable)")
+	cmd.Flags().StringArrayVar(&alerts.critical, "dead-letters-critical", nil, "dead letters an hour of one stage above which the critical alert fires: N for every pipeline (default 1000), or PIPELINE=N (repeatable)")
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if lease < time.Second {
 			return flagErrorf("lease", "%s is too short: give 1s or more", lease)
@@ -115,6 +123,13 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		}
 		if _, _, err := net.SplitHostPort(addr); err != nil {
 			return flagErrorf("addr", "%q is not host:port (e.g. 127.0.0.1:8080 or :8080)", addr)
+		}
+		if err := checkActorHeader(actorHeader); err != nil {
+			return err
+		}
+		thresholds, err := alerts.parse()
+		if err != nil {
+			return err
 		}
 		if !cmd.Flags().Changed("token") {
 			token = os.Getenv(envAPIToken)
@@ -163,7 +178,8 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		}
 		defer closeFn()
 
-		m, metricsHandler, err := engineMetrics(s)
+		var fileAlerts atomic.Pointer[map[string]runner.AlertsSpec]
+		m, metricsHandler, err := engineMetricsWith(s, thresholds.metricsOptions(&fileAlerts))
 		if err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}
@@ -173,11 +189,12 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 			refs = append(refs, web.Refs(set.pipelines...)...)
 		}
 		g := &workerGroup{store: s, workers: workers, lease: lease, logger: logger, observers: []func(redrive.Event){m.Observe},
-			callbackSecret: callbackSecret, callbackAllowPrivate: callbackPrivate, publicURL: publicURL}
+			callbackSecret: callbackSecret, callbackAllowPrivate: callbackPrivate, publicURL: publicURL, alerts: &fileAlerts}
 		m.TrackFlows(g.flowStates)
 		h := web.NewHandler(s, web.Options{
 			Token:          token,
 			Tokens:         tokens,
+			ActorHeader:    actorHeader,
 			Pipelines:      refs,
 			CallbackSigned: g.callbackSigned,
 			Work:           g.running.Load,
@@ -203,6 +220,10 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		}
 		logger.Info("redrive serve listening", "url", "http://"+ln.Addr().String(), "db", redactURL(c.URL),
 			"tokens", tokenSummary(token, tokens), "accepts", len(refs))
+		if actorHeader != "" && !loopback(ln.Addr()) {
+			logger.Warn("redrive serve: --actor-header is trusted on an address other hosts reach: anyone with a token who reaches it directly can act under any name; bind to loopback behind the proxy, or make sure only the proxy reaches it and strips the header clients send",
+				"header", actorHeader, "addr", ln.Addr().String())
+		}
 		if err := web.ServeListener(ctx, ln, h); err != nil {
 			return fmt.Errorf("serve: %w", err)
 		}

@@ -25,6 +25,8 @@ type pipelineSet struct {
 	pipelines []redrive.Pipeline
 	hooks     []redrive.Webhook
 	workers   int
+	// alerts are the files' alert thresholds by pipeline.
+	alerts map[string]runner.AlertsSpec
 }
 
 func (ps *pipelineSet) names() []string {
@@ -100,7 +102,7 @@ func loadPipelineSet(args []string) (*pipelineSet, error) {
 	if err != nil {
 		return nil, err
 	}
-	set := &pipelineSet{files: files}
+	set := &pipelineSet{files: files, alerts: map[string]runner.AlertsSpec{}}
 	seen := map[string]string{}
 	for _, file := range files {
 		spec, err := runner.LoadFile(file)
@@ -120,6 +122,7 @@ func loadPipelineSet(args []string) (*pipelineSet, error) {
 			return nil, err
 		}
 		set.pipelines = append(set.pipelines, p)
+		set.alerts[spec.Name] = spec.Alerts
 		if hook != nil {
 			set.hooks = append(set.hooks, *hook)
 		}
@@ -146,6 +149,9 @@ type workerGroup struct {
 	publicURL string
 	// hooked holds the pipelines with a webhook in the running set.
 	hooked atomic.Pointer[map[string]bool]
+	// alerts, when set, receives the alert thresholds of the running set
+	// (the metrics read it at each refresh).
+	alerts *atomic.Pointer[map[string]runner.AlertsSpec]
 
 	// running is the started client, for the metrics' flow states; nil
 	// while the workers are stopped. Read without mu, so that a scrape is
@@ -206,6 +212,9 @@ func (g *workerGroup) start(set *pipelineSet) error {
 		hooked[h.Pipeline] = true
 	}
 	g.hooked.Store(&hooked)
+	if g.alerts != nil {
+		g.alerts.Store(&set.alerts)
+	}
 	if del != nil {
 		ctx, cancel := context.WithCancel(context.Background())
 		done := make(chan struct{})

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/url"
-	"os"
 	"time"
 
 	"github.com/redrive/redrive"
@@ -20,14 +19,6 @@ func newStagesCmd() *cobra.Command {
 	return g
 }
 
-// cliActor names the operator of a command in the audit log.
-func cliActor() string {
-	if u := os.Getenv("USER"); u != "" {
-		return "cli:" + u
-	}
-	return "cli"
-}
-
 func stageToggleCmd(pause bool) *cobra.Command {
 	var pipeline, stage, reason string
 	verb, short := "resume", "Resume a paused stage: workers claim its items again"
@@ -40,12 +31,17 @@ func stageToggleCmd(pause bool) *cobra.Command {
 	if pause {
 		cmd.Flags().StringVar(&reason, "reason", "", "why, for the other operators and the audit log (default none)")
 	}
+	actor := addActorFlag(cmd)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if pipeline == "" {
 			return flagErrorf("pipeline", "required: name the stage's pipeline")
 		}
 		if stage == "" {
 			return flagErrorf("stage", "required: name the stage")
+		}
+		who, err := actorOf(cmd, *actor)
+		if err != nil {
+			return err
 		}
 		return withStore(cmd, func(ctx context.Context, s redrive.Store) error {
 			if pause {
@@ -59,7 +55,7 @@ func stageToggleCmd(pause bool) *cobra.Command {
 			var changed bool
 			var err error
 			if pause {
-				changed, err = s.PauseStage(ctx, redrive.StagePause{Pipeline: pipeline, Stage: stage, By: cliActor(), At: now, Reason: reason})
+				changed, err = s.PauseStage(ctx, redrive.StagePause{Pipeline: pipeline, Stage: stage, By: who, At: now, Reason: reason})
 			} else {
 				changed, err = s.ResumeStage(ctx, pipeline, stage)
 			}
@@ -76,7 +72,7 @@ func stageToggleCmd(pause bool) *cobra.Command {
 				return nil
 			}
 			filter := url.Values{"pipeline": {pipeline}, "stage": {stage}}.Encode()
-			if _, err := s.RecordAction(ctx, redrive.AuditAction{At: now, Actor: cliActor(), Kind: verb, Filter: filter, Detail: reason}); err != nil {
+			if _, err := s.RecordAction(ctx, redrive.AuditAction{At: now, Actor: who, Kind: verb, Filter: filter, Detail: reason}); err != nil {
 				return fmt.Errorf("stage %s/%s: %sd, but the audit log could not record it: %w", pipeline, stage, verb, err)
 			}
 			fmt.Fprintf(w, "stage %s/%s %sd\n", pipeline, stage, verb)

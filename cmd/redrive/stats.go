@@ -81,6 +81,11 @@ the counts and top errors only.`,
 					return notFound(err, fmt.Sprintf("invalid --run: run %d", run), "see `redrive runs list`")
 				}
 			}
+			if pipeline != "" {
+				if err := checkFilter(ctx, s, redrive.ItemFilter{RunID: run, Pipeline: pipeline}); err != nil {
+					return err
+				}
+			}
 			counts, err := s.StateCounts(ctx, run)
 			if err != nil {
 				return fmt.Errorf("count items: %w", err)

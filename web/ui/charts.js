@@ -24,8 +24,6 @@ function svg(tag, attrs, ...children) {
   return e;
 }
 
-let chartSeq = 0;
-
 // shortTime labels a bucket start: the time of day, and the date when the
 // range spans days.
 function shortTime(d, days) {
@@ -33,18 +31,20 @@ function shortTime(d, days) {
   return days ? d.toLocaleDateString([], { month: "short", day: "numeric" }) + " " + t : t;
 }
 
-// stageChart draws one stage: buckets is the full list of bucket counts
-// (zeros included), tl the API response.
-function stageChart(key, buckets, tl) {
+// stageChart draws one stage, the nth chart of the view: buckets is the
+// full list of bucket counts (zeros included), tl the API response. Its
+// IDs depend on n only, so that a refresh with the same numbers draws an
+// equal chart, which the page keeps.
+function stageChart(key, buckets, tl, n) {
   const W = 640, H = 150, L = 40, R = 8, T = 10, B = 26;
-  const n = tl.buckets, bw = (W - L - R) / n;
+  const nb = tl.buckets, bw = (W - L - R) / nb;
   const max = Math.max(1, ...buckets.map((b) => b.attempts));
   const y = (v) => T + (H - T - B) * (1 - v / max);
-  const id = "chart-" + ++chartSeq;
+  const id = "chart-" + n;
   const total = buckets.reduce((a, b) => a + b.attempts, 0);
   const sum = (k) => buckets.reduce((a, b) => a + b[k], 0);
   const title = "Attempts at stage " + key.stage + " of " + key.pipeline;
-  const desc = total + " attempts in " + n + " buckets of " + tl.step + " s from " + new Date(tl.since).toLocaleString() +
+  const desc = total + " attempts in " + nb + " buckets of " + tl.step + " s from " + new Date(tl.since).toLocaleString() +
     ": " + sum("succeeded") + " succeeded, " + sum("retried") + " retried, " + sum("waits") + " rate-limited or lost, " +
     sum("dead") + " dead; at most " + max + " in one bucket.";
   const g = svg("g", { class: "bars" });
@@ -75,7 +75,7 @@ function stageChart(key, buckets, tl) {
   svg("title", { id: id + "-t" }, title), svg("desc", { id: id + "-d" }, desc), axis, g);
   const rows = buckets.filter((b) => b.attempts).map((b) => el("tr", {}, el("td", {}, b.label),
     el("td", { class: "num" }, b.attempts), ...chartSeries.map((s) => el("td", { class: "num" }, b[s.key]))));
-  return el("figure", { class: "stage-chart" },
+  return el("figure", { class: "stage-chart", "data-key": "chart " + key.pipeline + "/" + key.stage },
     el("figcaption", {}, el("b", {}, key.pipeline + " / " + key.stage), " · " + total + (total === 1 ? " attempt" : " attempts")),
     chart,
     el("details", {}, el("summary", {}, "Table of " + title.toLowerCase()),
@@ -94,14 +94,14 @@ async function timelineSection(q) {
   }
   const start = new Date(tl.since).getTime();
   const days = new Date(tl.until) - new Date(tl.since) > 864e5;
-  const charts = [...byStage.values()].map(({ key, rows }) => {
+  const charts = [...byStage.values()].map(({ key, rows }, n) => {
     const buckets = Array.from({ length: tl.buckets }, (_, i) => ({
       label: shortTime(new Date(start + i * tl.step * 1000), days), attempts: 0, succeeded: 0, retried: 0, waits: 0, dead: 0 }));
     for (const r of rows) {
       Object.assign(buckets[r.bucket], { attempts: r.attempts, succeeded: r.succeeded, retried: r.retried,
         waits: r.rate_limited + r.lost, dead: r.dead });
     }
-    return stageChart(key, buckets, tl);
+    return stageChart(key, buckets, tl, n);
   });
   const legend = el("ul", { class: "legend", "aria-label": "Legend" },
     chartSeries.map((s) => el("li", {}, el("span", { class: "swatch sw-" + s.key }), s.label)));

@@ -38,9 +38,17 @@ async function viewWorkers() {
   ].flat();
 }
 
-// stageAction pauses or resumes one stage after a confirmation.
-async function stageAction(verb, st) {
-  const status = document.getElementById("action-status");
+// stages holds the stages of the last render of the stages view by
+// "pipeline/stage", so that a button kept across refreshes acts on what the
+// view shows now, not on what it showed when the button was made.
+const stages = new Map();
+
+// stageAction pauses or resumes the stage of button b after a confirmation
+// that opens on the reason (pause) or on "Do nothing" (resume).
+async function stageAction(b) {
+  const st = stages.get(b.dataset.pipeline + "/" + b.dataset.stage);
+  if (!st) return;
+  const verb = st.paused ? "resume" : "pause";
   window.redriveBusy = true;
   try {
     const where = st.pipeline + " / " + st.stage;
@@ -51,37 +59,41 @@ async function stageAction(verb, st) {
         el("label", { for: "pause-reason" }, "Reason "), reason]
       : [el("p", {}, "Workers claim the items of " + where + " again (" + st.counts.pending + " pending).")];
     const label = verb === "pause" ? "Pause " + where : "Resume " + where;
-    const answer = await modal("Confirm: " + verb + " stage", body, [["confirm", label], ["cancel", "Cancel"]]);
+    const answer = await modal("Confirm: " + verb + " stage " + where, body, [["cancel", "Do nothing"], ["confirm", label]],
+      { focus: verb === "pause" ? undefined : "cancel" });
     if (answer !== "confirm") {
-      status.textContent = "Nothing changed.";
+      setStatus("Nothing changed.");
       return;
     }
     const req = { pipeline: st.pipeline, stage: st.stage };
     if (verb === "pause" && reason.value.trim()) req.reason = reason.value.trim();
-    const done = await post("/stages/" + verb, req);
-    if (!done) return;
-    status.textContent = (done.changed ? (verb === "pause" ? "Paused " : "Resumed ") + where + "."
-      : where + (verb === "pause" ? " was already paused." : " was not paused.")) + (done.warning ? " " + done.warning : "");
+    const done = await post("/stages/" + verb, req, cap(verb) + " changes what every worker process does.");
+    if (!done) {
+      setStatus("Nothing changed: no token with the admin scope was given.");
+      return;
+    }
+    setStatus((done.changed ? (verb === "pause" ? "Paused " : "Resumed ") + where + "."
+      : where + (verb === "pause" ? " was already paused." : " was not paused.")) + (done.warning ? " " + done.warning : ""));
   } catch (e) {
-    status.textContent = "Error: " + e.message;
+    setStatus("Error: " + e.message);
   } finally {
     window.redriveBusy = false;
   }
-  const text = status.textContent;
-  await route();
-  document.getElementById("action-status").textContent = text;
+  await refresh();
 }
 
 async function viewStages(params) {
   const q = new URLSearchParams();
   if (params.get("pipeline")) q.set("pipeline", params.get("pipeline"));
   const [d, charts] = await Promise.all([api("/stages?" + q), timelineSection(q)]);
+  stages.clear();
   const rows = d.data.map((st) => {
+    stages.set(st.pipeline + "/" + st.stage, st);
     const verb = st.paused ? "resume" : "pause";
     const b = el("button", { type: "button", class: "stage-" + verb, "data-pipeline": st.pipeline, "data-stage": st.stage,
       "aria-label": (st.paused ? "Resume " : "Pause ") + st.pipeline + " / " + st.stage }, st.paused ? "Resume…" : "Pause…");
-    b.addEventListener("click", () => stageAction(verb, st));
-    return el("tr", { "data-pipeline": st.pipeline, "data-stage": st.stage },
+    b.addEventListener("click", () => stageAction(b));
+    return el("tr", { "data-pipeline": st.pipeline, "data-stage": st.stage, "data-key": "s " + st.pipeline + "/" + st.stage },
       el("td", {}, link("#/stages?pipeline=" + encodeURIComponent(st.pipeline), st.pipeline)), el("td", {}, st.stage),
       el("td", {}, st.paused ? pill("paused") : pill("active")),
       el("td", { class: "num" }, st.counts.pending), el("td", { class: "num" }, st.counts.running),
@@ -92,7 +104,7 @@ async function viewStages(params) {
   });
   return [el("h1", {}, params.get("pipeline") ? "Stages of " + params.get("pipeline") : "Stages"),
     el("p", { class: "muted" }, "A paused stage is skipped by every worker process until it is resumed; its items wait as pending. Pausing and resuming need a token with the admin scope and are recorded in the audit log."),
-    table(["Pipeline", "Stage", "State", "#Pending", "#Running", "#Succeeded", "#Dead", "#Workers", "Paused by", ""], rows),
-    el("p", { id: "action-status", role: "status", "aria-live": "polite" }),
+    table(["Pipeline", "Stage", "State", "#Pending", "#Running", "#Succeeded", "#Dead", "#Workers", "Paused by", ""], rows, "stages"),
+    statusLine(),
     el("h2", {}, "Attempts over the last hour"), charts];
 }

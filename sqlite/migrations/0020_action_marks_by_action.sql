@@ -1,0 +1,11 @@
+-- 0020_action_marks_by_action: the items an audited action marked, read by
+-- action.
+--
+-- action_items is keyed by item (an item's page reads its marks). The audit
+-- log links each action to exactly the items it changed, which is a read by
+-- action: ItemFilter.ActionID ("items marked by audit entry 12") selects
+-- them whatever state they moved on to. Without this index that read scans
+-- every mark. The index costs each mark one more entry (docs/ui.md gives
+-- the measurement); on a WITHOUT ROWID table it carries the item ID as the
+-- key's tail, so the read is one index range.
+CREATE INDEX action_items_action ON action_items (action_id);
