@@ -48,7 +48,14 @@ func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
 		return fmt.Errorf("%w: %w", ErrBadFilter, err)
 	}
 	if f.RunID != 0 {
-		run, err := s.GetRun(ctx, f.RunID)
+		// The run's pipeline, not its counts: the SQLite store counts a
+		// run's items to answer GetRun, which cost every page of a
+		// listing by run the whole run again.
+		get := s.GetRun
+		if sr, ok := s.(runStatusReader); ok {
+			get = sr.GetRunStatus
+		}
+		run, err := get(ctx, f.RunID)
 		if err != nil {
 			return fmt.Errorf("redrive: run %d: %w", f.RunID, err)
 		}

@@ -148,8 +148,8 @@ func (s *Store) ListItems(ctx context.Context, f redrive.ItemFilter) ([]redrive.
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
-	where, args := itemWhere(f)
-	rows, err := s.r.QueryContext(ctx, `SELECT `+itemCols+` FROM items WHERE `+where+` ORDER BY id`+limitClause(f.Limit), args...)
+	query, args := listItemsSQL(f)
+	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list items: %w", err)
 	}
@@ -166,6 +166,51 @@ func (s *Store) ListItems(ctx context.Context, f redrive.ItemFilter) ([]redrive.
 		return nil, fmt.Errorf("sqlite: list items: %w", err)
 	}
 	return items, nil
+}
+
+// listItemsSQL is the query of ListItems(f), f.Limit set.
+func listItemsSQL(f redrive.ItemFilter) (string, []any) {
+	if walksRun(f) {
+		return runWalk(f)
+	}
+	where, args := itemWhere(f)
+	return `SELECT ` + itemCols + ` FROM items WHERE ` + where + ` ORDER BY id` + limitClause(f.Limit), args
+}
+
+// walksRun reports whether ListItems reads f by walking the run's items in
+// items_run_state (run_id, state, and the rowid, which is id): a filter by
+// run that names no key, IDs or fingerprint, whose own indexes find fewer
+// rows.
+func walksRun(f redrive.ItemFilter) bool {
+	return f.RunID != 0 && f.Key == "" && len(f.IDs) == 0 && f.Fingerprint == ""
+}
+
+// allStates are the states a filter without states selects.
+var allStates = []redrive.State{redrive.StatePending, redrive.StateRunning, redrive.StateSucceeded, redrive.StateDead, redrive.StateCanceled}
+
+// runWalk is the query of ListItems for a filter by run: one arm per state,
+// each walking items_run_state from (run, state, cursor) in ID order, merged
+// (SQLite's MERGE of a UNION ALL in ORDER BY id) and cut at f.Limit; then
+// the page's rows by ID. A page costs its own rows, and the arms read the
+// index alone when no other condition names a column. Without the state in
+// the search, SQLite took every item of the run through the index and
+// sorted them for each page: 30 ms a page at 10,000 items, the whole run
+// again for every page.
+func runWalk(f redrive.ItemFilter) (string, []any) {
+	states := allStates
+	if len(f.States) > 0 {
+		states = slices.Compact(slices.Sorted(slices.Values(f.States)))
+	}
+	rest := f
+	rest.RunID, rest.States, rest.AfterID = 0, nil, 0
+	where, restArgs := itemWhere(rest)
+	arms := make([]string, len(states))
+	var args []any
+	for i, st := range states {
+		arms[i] = `SELECT id FROM items INDEXED BY items_run_state WHERE run_id = ? AND state = ? AND id > ? AND ` + where
+		args = append(append(args, f.RunID, string(st), f.AfterID), restArgs...)
+	}
+	return `SELECT ` + itemCols + ` FROM items WHERE id IN (` + strings.Join(arms, " UNION ALL ") + ` ORDER BY id` + limitClause(f.Limit) + `) ORDER BY id`, args
 }
 
 // Attempts returns the attempts of an item in the order they were recorded.

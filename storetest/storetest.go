@@ -80,6 +80,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"CancelPending", testCancelPending},
 		{"ListItemsFilters", testListItemsFilters},
 		{"ListItemsPaging", testListItemsPaging},
+		{"ListItemsRunPaging", testListItemsRunPaging},
 		{"Attempts", testAttempts},
 		{"StateCounts", testStateCounts},
 		{"RetryHistogram", testRetryHistogram},
@@ -1299,6 +1300,74 @@ func testListItemsPaging(h *h) {
 	h.equalIDs("paged", got, all)
 	if n := h.count(redrive.ItemFilter{Limit: 10}); n != 10 {
 		h.Errorf("Count with Limit 10 = %d", n)
+	}
+}
+
+// testListItemsRunPaging pages through a run whose items are in several
+// states and interleaved with another run's, by run alone, by states (one
+// named twice) and with another condition: every page in ID order, nothing
+// missed or repeated, the other run's items never shown.
+func testListItemsRunPaging(h *h) {
+	r, o := h.run("p", ""), h.run("o", "")
+	var mine []int64
+	for range 6 {
+		mine = append(mine, h.enqueueN(r, "a", Base, 9)...)
+		h.enqueueN(o, "a", Base, 5)
+	}
+	mine = append(mine, h.enqueueN(r, "b", Base, 4)...)
+	h.enqueueN(o, "a", Base, 40) // the table goes on past the run
+	state := map[int64]redrive.State{}
+	for _, id := range mine {
+		state[id] = redrive.StatePending
+	}
+	var cs []redrive.Completion
+	for i, l := range h.claimAll("p", Base) {
+		switch i % 3 {
+		case 0:
+			cs = append(cs, succeed(l, Base))
+			state[l.Item.ID] = redrive.StateSucceeded
+		case 1:
+			cs = append(cs, kill(l, Base, "final", "bad"))
+			state[l.Item.ID] = redrive.StateDead
+		default:
+			state[l.Item.ID] = redrive.StateRunning // stays leased
+		}
+	}
+	h.complete(cs...)
+	for _, tc := range []struct {
+		name string
+		f    redrive.ItemFilter
+		want func(id int64) bool
+	}{
+		{"run", redrive.ItemFilter{RunID: r.ID}, func(int64) bool { return true }},
+		{"states", redrive.ItemFilter{RunID: r.ID, States: []redrive.State{redrive.StateSucceeded, redrive.StateRunning, redrive.StateSucceeded}},
+			func(id int64) bool { return state[id] == redrive.StateSucceeded || state[id] == redrive.StateRunning }},
+		{"stage", redrive.ItemFilter{RunID: r.ID, Stage: "b"}, func(id int64) bool { return id >= mine[len(mine)-4] }},
+	} {
+		var want []int64
+		for _, id := range mine {
+			if tc.want(id) {
+				want = append(want, id)
+			}
+		}
+		for _, limit := range []int{1, 4, 7, len(want), len(want) + 1} {
+			var got []int64
+			after := int64(0)
+			for range len(want) + 2 {
+				f := tc.f
+				f.AfterID, f.Limit = after, limit
+				page := h.list(f)
+				if len(page) > limit {
+					h.Fatalf("%s: page of %d, limit %d", tc.name, len(page), limit)
+				}
+				got = append(got, itemIDs(page)...)
+				if len(page) < limit {
+					break
+				}
+				after = page[len(page)-1].ID
+			}
+			h.equalIDs(fmt.Sprintf("%s, pages of %d", tc.name, limit), got, want)
+		}
 	}
 }
 

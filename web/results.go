@@ -31,7 +31,9 @@ type itemView struct {
 // MarshalJSON writes the item's object with "output" and
 // "output_encoding" added when there is an output.
 func (v itemView) MarshalJSON() ([]byte, error) {
-	b, err := json.Marshal(v.item)
+	// Item's own MarshalJSON, not json.Marshal of it, which would check
+	// and compact its compact output once more.
+	b, err := v.item.MarshalJSON()
 	if err != nil || v.output == nil {
 		return b, err
 	}

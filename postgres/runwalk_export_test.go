@@ -1,0 +1,59 @@
+package postgres
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/redrive/redrive"
+)
+
+// ListItemsPlan returns the plan ListItems(f) runs with, as EXPLAIN ANALYZE
+// shows it, and with generic set the generic plan (the one a cached
+// statement settles on after a few runs, blind to the arguments' values).
+func ListItemsPlan(ctx context.Context, s *Store, f redrive.ItemFilter, generic bool) (string, error) {
+	if f.Limit == 0 {
+		f.Limit = 100
+	}
+	q, a := s.listItemsSQL(f)
+	var plan string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		explain := `EXPLAIN ANALYZE ` + q
+		if generic {
+			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
+				return err
+			}
+			// A prepared statement outlives the transaction: a name of
+			// its own, removed after.
+			name := fmt.Sprintf("list_items_%d", time.Now().UnixNano())
+			if _, err := tx.Exec(ctx, `PREPARE `+name+` AS `+q); err != nil {
+				return err
+			}
+			defer tx.Exec(ctx, `DEALLOCATE `+name)
+			// EXECUTE takes its arguments as literals.
+			ps := make([]string, len(a))
+			for i, v := range a {
+				switch v := v.(type) {
+				case string:
+					ps[i] = "'" + strings.ReplaceAll(v, "'", "''") + "'"
+				case int, int64:
+					ps[i] = fmt.Sprint(v)
+				default:
+					return fmt.Errorf("argument %d: %T", i+1, v)
+				}
+			}
+			explain, a = `EXPLAIN ANALYZE EXECUTE `+name+`(`+strings.Join(ps, ", ")+`)`, nil
+		}
+		rows, err := tx.Query(ctx, explain, a...)
+		if err != nil {
+			return err
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		plan = strings.Join(lines, "\n")
+		return err
+	})
+	return plan, err
+}
