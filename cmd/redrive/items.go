@@ -409,12 +409,18 @@ func showItem(cmd *cobra.Command, s redrive.Store, id int64, asJSON bool, states
 	}
 	if it.State == redrive.StateRunning {
 		pairs = append(pairs, "Lease", fmt.Sprintf("%s until %s", cell(it.LeaseOwner), fmtTime(it.LeaseExpiresAt)))
+		if !it.AttemptStartedAt.IsZero() {
+			pairs = append(pairs, "Attempt started", fmtTime(it.AttemptStartedAt))
+		}
 	}
 	if it.RateLimitWaits > 0 {
 		pairs = append(pairs, "Rate-limit waits", it.RateLimitWaits)
 	}
 	if it.FailedAttempts > 0 {
 		pairs = append(pairs, "Failed attempts", fmt.Sprintf("%d over all stages", it.FailedAttempts))
+	}
+	if it.LeaseLosses > 0 {
+		pairs = append(pairs, "Lease losses", fmt.Sprintf("%d, returned without an attempt: its process died before the attempt's start was recorded", it.LeaseLosses))
 	}
 	if r := it.Reason; r != nil {
 		pairs = append(pairs, "Reason", fmt.Sprintf("%s at stage %s after %s, %s", r.Class, r.Stage, plural(r.Attempts, "attempt"), fmtTime(r.At)),
