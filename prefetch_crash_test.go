@@ -52,10 +52,18 @@ func leaseChild(spec string) int {
 		return 1
 	}
 	p := leasePipeline(mode)
-	if mode == "slow" {
+	workers := 2
+	switch mode {
+	case "slow":
 		p.Stages[0].Policy = fast(1)
+	case "poison":
+		// One worker: no other item runs beside the poison pill, so the
+		// deaths it causes are charged to it alone. (An item whose start was
+		// recorded and that ran beside it would be charged too: its attempt
+		// was running when the process died.)
+		workers = 1
 	}
-	c := redrive.NewClient(s, redrive.Config{Workers: 2, LeaseDuration: time.Second,
+	c := redrive.NewClient(s, redrive.Config{Workers: workers, LeaseDuration: time.Second,
 		RescueInterval: 50 * time.Millisecond, PollInterval: 10 * time.Millisecond, RunCheckInterval: 20 * time.Millisecond})
 	if err := c.Register(p); err != nil {
 		fmt.Fprintln(os.Stderr, err)
