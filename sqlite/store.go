@@ -135,7 +135,7 @@ func Open(ctx context.Context, path string, opts ...Options) (*Store, error) {
 	w.SetMaxIdleConns(1)
 	w.SetConnMaxLifetime(0)
 	w.SetConnMaxIdleTime(0)
-	if err := w.PingContext(ctx); err != nil {
+	if err := connect(ctx, w, o.BusyTimeout); err != nil {
 		w.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
 	}
@@ -157,7 +157,7 @@ func Open(ctx context.Context, path string, opts ...Options) (*Store, error) {
 	r.SetMaxIdleConns(o.MaxReadConns)
 	r.SetConnMaxLifetime(0)
 	r.SetConnMaxIdleTime(0)
-	if err := r.PingContext(ctx); err != nil {
+	if err := connect(ctx, r, o.BusyTimeout); err != nil {
 		w.Close()
 		r.Close()
 		return nil, fmt.Errorf("sqlite: open %s: %w", path, err)
