@@ -19,6 +19,7 @@ type engine struct {
 	cfg       Config
 	log       *slog.Logger
 	pipelines map[string]*Pipeline
+	paceSums  paceSums // waits on the stages' flows, for the store (pacewaits.go)
 	names     []string
 
 	claimCtx    context.Context // ends when Stop begins: no more claims
@@ -175,9 +176,10 @@ func (c *Client) Start(ctx context.Context) error {
 		go e.markLoop()
 		go e.rescueLoop()
 	}
-	e.bg.Add(2)
+	e.bg.Add(3)
 	go e.monitorLoop()
 	go e.retentionLoop()
+	go e.paceLoop()
 	e.startWorkerHeartbeat()
 	if n, ok := c.store.(Notifier); ok {
 		ch := n.Notifications(e.claimCtx)

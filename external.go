@@ -592,7 +592,10 @@ func (e *engine) leaseOnce(ctx, waitCtx context.Context, p *Pipeline, si int, re
 	for i, cl := range claimed {
 		l := &extLease{item: cl.Item, token: cl.Token, pipeline: p, stage: si, flow: f, worker: req.Worker}
 		if paced {
-			pm, ok := e.pacePermit(slotCtx, f)
+			pm, waited, ok := e.pacePermit(slotCtx, f)
+			if ok {
+				e.notePace(cl.Item.RunID, cl.Item.Stage, waited)
+			}
 			if !ok {
 				// The request ended or the gate closed while this item waited
 				// for its slot: it and the rest go back unattempted.
@@ -730,14 +733,14 @@ func (e *engine) slowPermits(ctx context.Context, f *flow, n int) []retry.Permit
 
 // pacePermit waits for the next slot of a paced flow, as pace does for the
 // engine's own calls; false when ctx ended or the gate closed.
-func (e *engine) pacePermit(ctx context.Context, f *flow) (retry.Permit, bool) {
+func (e *engine) pacePermit(ctx context.Context, f *flow) (retry.Permit, time.Duration, bool) {
 	begin := e.cfg.Now()
 	if f.shared != nil && !f.shared.take(ctx, f, e.cfg.Now) {
-		return retry.Permit{}, false
+		return retry.Permit{}, 0, false
 	}
 	pm, err := f.lim.Wait(ctx)
 	if err != nil {
-		return retry.Permit{}, false
+		return retry.Permit{}, 0, false
 	}
 	now := e.cfg.Now()
 	if d := now.Sub(begin); d > 0 {
@@ -747,10 +750,10 @@ func (e *engine) pacePermit(ctx context.Context, f *flow) (retry.Permit, bool) {
 		// The gate closed, or the breaker opened, while this item waited
 		// for its turn: it would go out into what stopped the others.
 		pm.Done()
-		return retry.Permit{}, false
+		return retry.Permit{}, 0, false
 	}
 	f.paced.Add(1)
-	return pm, true
+	return pm, now.Sub(begin), true
 }
 
 // SettleExternal records the results of leased items, in one store

@@ -253,6 +253,7 @@ func (e *engine) pace(t *task) bool {
 		return false
 	}
 	f.paced.Add(1)
+	e.notePace(t.lease.Item.RunID, t.lease.Item.Stage, now.Sub(begin))
 	t.permit, t.started = p, now
 	return true
 }

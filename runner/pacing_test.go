@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -196,7 +197,7 @@ stages:
 	for i := range items {
 		in = append(in, fmt.Sprintf(`{"id":"i%d","prompt":"i%d"}`, i, i))
 	}
-	sum, _ := runPipeline(t, yaml, in)
+	sum, store := runPipeline(t, yaml, in)
 	if sum.Counts.Succeeded != items {
 		t.Fatalf("counts %+v", sum.Counts)
 	}
@@ -204,6 +205,16 @@ stages:
 	// claims half a second ahead, 6 items) wait 0, 0.1, ... 0.5 s for their turns.
 	if len(sum.Paced) != 1 || sum.Paced[0].Dependency != "complete" || sum.Paced[0].Calls != items || sum.Paced[0].Waited < 0.3 {
 		t.Fatalf("paced %+v, want %d calls of stage complete that waited 0.3 s or more in all", sum.Paced, items)
+	}
+	// The store keeps the same waits for the run, for `redrive runs show` and
+	// the API after the process is gone.
+	kept, err := store.(redrive.PaceRecorder).PaceWaits(context.Background(), sum.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(kept) != 1 || kept[0].Stage != "complete" || kept[0].Calls != items ||
+		math.Abs(kept[0].Waited.Seconds()-float64(sum.Paced[0].Waited)) > 0.001 {
+		t.Fatalf("store kept pace waits %+v; the summary said %+v", kept, sum.Paced)
 	}
 	var b strings.Builder
 	if err := sum.WriteText(&b); err != nil {

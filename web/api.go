@@ -421,6 +421,10 @@ type runDetail struct {
 	Stages         []redrive.StateCount      `json:"stages"`
 	RetryHistogram []redrive.HistogramBucket `json:"retry_histogram"`
 	TopErrors      []redrive.ErrorCount      `json:"top_errors"`
+	// PaceWaits are how long the run's calls waited on their stages' flow
+	// control before their attempts started, stage by stage; absent when
+	// the store does not keep them.
+	PaceWaits []redrive.PaceWait `json:"pace_waits,omitempty"`
 }
 
 // GET /api/v1/runs/{id}?wait=: with wait, a running run is answered when
@@ -460,6 +464,12 @@ func (s *server) getRun(w http.ResponseWriter, r *http.Request) {
 	if d.TopErrors, err = s.store.TopErrors(ctx, redrive.ErrorFilter{RunID: id}); err != nil {
 		s.fail(w, r, "get run", err)
 		return
+	}
+	if pr, ok := s.store.(redrive.PaceRecorder); ok {
+		if d.PaceWaits, err = pr.PaceWaits(ctx, id); err != nil {
+			s.fail(w, r, "get run", err)
+			return
+		}
 	}
 	nonNil(&d.Stages)
 	nonNil(&d.RetryHistogram)

@@ -101,6 +101,10 @@ type runDetail struct {
 	RetryHistogram []redrive.HistogramBucket `json:"retry_histogram"`
 	TopErrors      []redrive.ErrorCount      `json:"top_errors"`
 	WaitingOnLimit *redrive.LimitedTime      `json:"waiting_on_limit,omitempty"`
+	// PaceWaits are how long the run's calls waited on their stages' flow
+	// control before their attempts started; absent when the store does not
+	// keep them.
+	PaceWaits []redrive.PaceWait `json:"pace_waits,omitempty"`
 }
 
 func newRunsShowCmd() *cobra.Command {
@@ -131,6 +135,12 @@ func newRunsShowCmd() *cobra.Command {
 			} else if ok {
 				waiting = &lt
 			}
+			var paced []redrive.PaceWait
+			if pr, ok := s.(redrive.PaceRecorder); ok {
+				if paced, err = pr.PaceWaits(ctx, id); err != nil {
+					return fmt.Errorf("time run %d waited on its pace: %w", id, err)
+				}
+			}
 			if hist == nil {
 				hist = []redrive.HistogramBucket{}
 			}
@@ -139,7 +149,7 @@ func newRunsShowCmd() *cobra.Command {
 			}
 			w := cmd.OutOrStdout()
 			if *asJSON {
-				return writeJSON(w, runDetail{Run: runJSON{Run: r, SuccessRate: r.SuccessRate()}, RetryHistogram: hist, TopErrors: top, WaitingOnLimit: waiting})
+				return writeJSON(w, runDetail{Run: runJSON{Run: r, SuccessRate: r.SuccessRate()}, RetryHistogram: hist, TopErrors: top, WaitingOnLimit: waiting, PaceWaits: paced})
 			}
 			c := r.Counts
 			o := r.Options
@@ -166,6 +176,9 @@ func newRunsShowCmd() *cobra.Command {
 			)
 			if waiting != nil {
 				pairs = append(pairs, "Waiting on limit", runner.FormatLimitedTime(*waiting))
+			}
+			if len(paced) > 0 {
+				pairs = append(pairs, "Waiting on the pace", formatPaceWaits(paced))
 			}
 			if err := kv(w, pairs...); err != nil {
 				return err
@@ -247,4 +260,19 @@ func itemsSum(c redrive.Counts) string {
 		sum += fmt.Sprintf(" + %d purged", c.Purged)
 	}
 	return sum
+}
+
+// formatPaceWaits says, stage by stage, how long calls waited on their
+// flow before their attempts started.
+func formatPaceWaits(ws []redrive.PaceWait) string {
+	parts := make([]string, 0, len(ws))
+	for _, w := range ws {
+		mean := time.Duration(0)
+		if w.Calls > 0 {
+			mean = w.Waited / time.Duration(w.Calls)
+		}
+		parts = append(parts, fmt.Sprintf("%s: %d calls waited %.1fs before starting, %s per call on average",
+			w.Stage, w.Calls, w.Waited.Seconds(), mean.Round(time.Millisecond)))
+	}
+	return strings.Join(parts, "; ")
 }
