@@ -53,6 +53,7 @@ type Store struct {
 	opts    Options
 
 	completes atomic.Uint64 // Complete calls, to fold run_counts now and then
+	retain    retainCursor  // where DeleteSucceeded goes on (retention.go)
 }
 
 var (
