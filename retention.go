@@ -188,13 +188,13 @@ func (e *engine) retainBatches(what string, start time.Time, del func(ctx contex
 	for range retentionBatchesPerPass {
 		t0 := time.Now()
 		n, err := del(e.bgCtx, b.size)
+		total += n
 		if err != nil {
 			if e.bgCtx.Err() == nil {
 				e.log.Warn("redrive: retention of "+what+" failed", "err", err)
 			}
 			return total, false
 		}
-		total += n
 		if !b.done(n, time.Since(t0)) {
 			return total, false
 		}

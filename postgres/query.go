@@ -406,6 +406,9 @@ func (s *Store) DeleteFinishedRuns(ctx context.Context, before time.Time, limit 
 	if err != nil {
 		return items, 0, s.fail("delete finished runs", err)
 	}
+	if _, err := s.vacuumDeleted(ctx, items); err != nil {
+		return items, int(n), err
+	}
 	return items, int(n), nil
 }
 

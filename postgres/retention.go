@@ -65,6 +65,9 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 	} else {
 		s.retain.set(time.Time{})
 	}
+	if _, err := s.vacuumDeleted(ctx, int(n)); err != nil {
+		return int(n), err
+	}
 	return int(n), nil
 }
 
