@@ -44,6 +44,10 @@ type engine struct {
 	busy      atomic.Int64
 	starts    atomic.Int64
 
+	// retainBacklog is the backlog the last retention pass left
+	// (RetentionPassed.Backlog); only the retention loop uses it.
+	retainBacklog int
+
 	mu sync.Mutex
 	// inflight holds every lease of this process not yet completed, by
 	// lease: one process may hold an old and a new lease of one item (the

@@ -11,7 +11,8 @@ import (
 // and safe for concurrent use: the metrics package and the slog logger are.
 //
 // The concrete types are AttemptFinished, RetryScheduled, DeadLettered,
-// ItemSucceeded, Rescued, RunFinished, BreakerChanged and Redriven.
+// ItemSucceeded, Rescued, RunFinished, BreakerChanged, Redriven and
+// RetentionPassed.
 type Event interface{ isEvent() }
 
 // AttemptFinished is sent for every recorded attempt.
@@ -97,6 +98,27 @@ type Redriven struct {
 	Count  int
 }
 
+// RetentionPassed is sent after each retention pass (see
+// Config.Retention): what it deleted and what it left behind.
+type RetentionPassed struct {
+	// Succeeded is how many succeeded items past Retention it deleted.
+	Succeeded int
+	// RunItems is how many items of runs past RunRetention it deleted.
+	RunItems int
+	// Runs is how many runs past RunRetention it deleted.
+	Runs int
+	// Notifications is how many delivered notifications it deleted.
+	Notifications int
+	// Backlog is how many succeeded items past Retention the pass left
+	// when it ran out of time with batches still coming back full (at most
+	// 1,000,000); 0 when it caught up. A backlog that grows from pass to
+	// pass means that retention deletes more slowly than the engine
+	// finishes items.
+	Backlog int
+	// Took is how long the pass took.
+	Took time.Duration
+}
+
 func (AttemptFinished) isEvent() {}
 func (RetryScheduled) isEvent()  {}
 func (DeadLettered) isEvent()    {}
@@ -105,3 +127,4 @@ func (Rescued) isEvent()         {}
 func (RunFinished) isEvent()     {}
 func (BreakerChanged) isEvent()  {}
 func (Redriven) isEvent()        {}
+func (RetentionPassed) isEvent() {}

@@ -66,15 +66,38 @@ func (b *batchSizer) done(n int, took time.Duration) bool {
 // the default starting batch), so that a pass always ends.
 const retentionBatchesPerPass = 10_000
 
+// A pass deletes each kind for at most retentionPassIntervals retention
+// intervals (and at least retentionPassMin), so that a pass that cannot
+// catch up ends and says so (RetentionPassed.Backlog, a warning in the
+// log) instead of deleting for as long as the engine keeps finishing
+// items. A pass that ends behind is followed by the next at once.
+const (
+	retentionPassIntervals = 10
+	retentionPassMin       = time.Second
+)
+
+// retentionBacklogCap bounds the count of succeeded items past retention
+// that a pass left behind (RetentionPassed.Backlog), so that counting a
+// backlog costs no more than a bounded scan.
+const retentionBacklogCap = 1_000_000
+
 // retentionLoop deletes what the retention settings let go, every
 // RetentionInterval, so that a store that has worked millions of items
 // stays as small and as fast as its live items make it. The first pass
 // comes one interval after the start, out of the way of a starting
-// client's first claims and heartbeats.
+// client's first claims and heartbeats; a pass that ended behind is
+// followed by the next without waiting.
 func (e *engine) retentionLoop() {
 	defer e.bg.Done()
-	for sleep(e.bgCtx, e.cfg.RetentionInterval) {
-		e.retain()
+	behind := false
+	for {
+		if !behind && !sleep(e.bgCtx, e.cfg.RetentionInterval) {
+			return
+		}
+		if e.bgCtx.Err() != nil {
+			return
+		}
+		behind = e.retain()
 	}
 }
 
@@ -86,55 +109,98 @@ func (e *engine) retentionLoop() {
 // autovacuum can reclaim the rows of one batch while the next is deleted
 // and no transaction holds many locks; a pass goes on until a batch comes
 // back short, growing its batch from RetentionBatch while batches come back
-// full (batchSizer), so that retention keeps pace with a busy engine.
-func (e *engine) retain() {
+// full (batchSizer), so that retention keeps pace with a busy engine, or
+// until its time is up (retentionPassIntervals). It reports whether it
+// ended behind: succeeded items past retention were left to delete.
+func (e *engine) retain() (behind bool) {
+	t0 := time.Now()
 	now := e.cfg.Now()
 	items, runs, notes := 0, 0, 0
+	pass := RetentionPassed{}
 	if e.cfg.Retention > 0 {
-		items += e.retainBatches("succeeded items", func(ctx context.Context, limit int) (int, error) {
-			return e.store.DeleteSucceeded(ctx, now.Add(-e.cfg.Retention), limit)
+		cutoff := now.Add(-e.cfg.Retention)
+		n, full := e.retainBatches("succeeded items", t0, func(ctx context.Context, limit int) (int, error) {
+			return e.store.DeleteSucceeded(ctx, cutoff, limit)
 		})
+		items += n
+		pass.Succeeded = n
+		if full {
+			behind = true
+			pass.Backlog = e.retentionBacklog(cutoff)
+		}
 	}
 	if e.cfg.RunRetention > 0 {
-		items += e.retainBatches("finished runs", func(ctx context.Context, limit int) (int, error) {
+		n, _ := e.retainBatches("finished runs", time.Now(), func(ctx context.Context, limit int) (int, error) {
 			n, r, err := e.store.DeleteFinishedRuns(ctx, now.Add(-e.cfg.RunRetention), limit)
 			runs += r
 			return n, err
 		})
+		items += n
+		pass.RunItems = n
 	}
 	// Delivered notifications only serve an operator's look back, and a
 	// busy webhook writes a row per event.
 	if o, ok := e.store.(Outbox); ok && e.cfg.OutboxRetention > 0 {
-		notes = e.retainBatches("delivered notifications", func(ctx context.Context, limit int) (int, error) {
+		notes, _ = e.retainBatches("delivered notifications", time.Now(), func(ctx context.Context, limit int) (int, error) {
 			return o.DeleteDelivered(ctx, now.Add(-e.cfg.OutboxRetention), limit)
 		})
 	}
+	pass.Runs, pass.Notifications, pass.Took = runs, notes, time.Since(t0)
 	if items > 0 || runs > 0 || notes > 0 {
 		e.log.Info("redrive: deleted items, runs and notifications past retention", "items", items, "runs", runs,
 			"notifications", notes)
 	}
+	switch prev := e.retainBacklog; {
+	case pass.Backlog > prev:
+		e.log.Warn("redrive: retention is behind: succeeded items past retention accumulate faster than they are deleted",
+			"backlog", pass.Backlog, "previous_backlog", prev, "deleted", pass.Succeeded, "took", pass.Took.Round(time.Millisecond))
+	case pass.Backlog == 0 && prev > 0:
+		e.log.Info("redrive: retention caught up with succeeded items past retention", "deleted", pass.Succeeded)
+	}
+	e.retainBacklog = pass.Backlog
+	e.c.emit(pass)
+	return behind
+}
+
+// retentionBacklog counts the succeeded items last updated before cutoff
+// that are still held, at most retentionBacklogCap; a failed count is
+// logged and counts as the cap.
+func (e *engine) retentionBacklog(cutoff time.Time) int {
+	n, err := e.store.Count(e.bgCtx, ItemFilter{States: []State{StateSucceeded}, Until: cutoff, Limit: retentionBacklogCap})
+	if err != nil {
+		if e.bgCtx.Err() == nil {
+			e.log.Warn("redrive: counting retention's backlog failed", "err", err)
+		}
+		return retentionBacklogCap
+	}
+	return n
 }
 
 // retainBatches calls del with a batch size from RetentionBatch up, as
 // batchSizer sets it, until a batch comes back short, a call fails (logged
-// as a failed retention of what) or retentionBatchesPerPass calls were
-// made, and returns how many rows del deleted.
-func (e *engine) retainBatches(what string, del func(ctx context.Context, limit int) (int, error)) int {
-	total := 0
+// as a failed retention of what), retentionBatchesPerPass calls were made
+// or the pass that started at start is out of time, and returns how many
+// rows del deleted and whether its last batch came back full: whether it
+// stopped with rows left to delete.
+func (e *engine) retainBatches(what string, start time.Time, del func(ctx context.Context, limit int) (int, error)) (total int, full bool) {
 	b := newBatchSizer(e.cfg.RetentionBatch)
+	passTime := max(retentionPassMin, retentionPassIntervals*e.cfg.RetentionInterval)
 	for range retentionBatchesPerPass {
 		t0 := time.Now()
 		n, err := del(e.bgCtx, b.size)
+		total += n
 		if err != nil {
 			if e.bgCtx.Err() == nil {
 				e.log.Warn("redrive: retention of "+what+" failed", "err", err)
 			}
-			break
+			return total, false
 		}
-		total += n
 		if !b.done(n, time.Since(t0)) {
-			break
+			return total, false
+		}
+		if time.Since(start) >= passTime {
+			return total, true
 		}
 	}
-	return total
+	return total, true
 }

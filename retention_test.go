@@ -3,6 +3,7 @@ package redrive_test
 import (
 	"context"
 	"errors"
+	"log/slog"
 	"sync"
 	"testing"
 	"time"
@@ -196,4 +197,76 @@ func sum(xs []int) int {
 		n += x
 	}
 	return n
+}
+
+// slowDeletes is a store whose retention deletes take delay each, as on a
+// loaded disk.
+type slowDeletes struct {
+	redrive.Store
+	delay time.Duration
+}
+
+func (s slowDeletes) DeleteSucceeded(ctx context.Context, before time.Time, limit int) (int, error) {
+	time.Sleep(s.delay)
+	return s.Store.DeleteSucceeded(ctx, before, limit)
+}
+
+// A retention pass that runs out of time with batches still coming back
+// full says so: its RetentionPassed event counts the succeeded items it
+// left (exactly those it did not delete, nothing else deleting here), the
+// log warns that retention is behind, and later passes delete the rest
+// until one reports a backlog of 0.
+func TestRetentionReportsBacklog(t *testing.T) {
+	eachStore(t, func(t *testing.T, s redrive.Store) {
+		const n = 3000
+		clock := &retentionClock{t: time.Now()}
+		p := redrive.Pipeline{Name: "backlog", Stages: []redrive.Stage{{Name: "s", Handle: func(_ context.Context, it *redrive.Item) ([]byte, error) { return nil, nil }}}}
+		rec := &recorder{}
+		cfg := testConfig(rec)
+		logs := &captured{}
+		cfg.Logger = slog.New(logs)
+		// A pass has a second (the least it is given) for its batches of
+		// 2, 4, 8, ... items, each 100 ms late: at most ten batches, about
+		// 1,000 items, fewer than n.
+		cfg.Now, cfg.Retention, cfg.RetentionInterval, cfg.RetentionBatch = clock.now, time.Hour, 10*time.Millisecond, 2
+		c := startClient(t, slowDeletes{Store: s, delay: 100 * time.Millisecond}, cfg, p)
+		run, err := c.StartRun(context.Background(), "backlog", items(n), redrive.RunOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		wait(t, c, run)
+		clock.add(2 * time.Hour)
+		passes := func() []redrive.RetentionPassed {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			var out []redrive.RetentionPassed
+			for _, e := range rec.events {
+				if p, ok := e.(redrive.RetentionPassed); ok && (p.Succeeded > 0 || p.Backlog > 0) {
+					out = append(out, p)
+				}
+			}
+			return out
+		}
+		waitFor(t, "a pass that caught up", func() bool {
+			ps := passes()
+			return len(ps) > 0 && ps[len(ps)-1].Backlog == 0
+		})
+		ps := passes()
+		if len(ps) < 2 {
+			t.Fatalf("passes %+v: want the first behind and a later one caught up", ps)
+		}
+		deleted := 0
+		for i, p := range ps {
+			deleted += p.Succeeded
+			if i < len(ps)-1 && p.Backlog != n-deleted {
+				t.Errorf("pass %d deleted %d and left %d, want the %d not deleted yet (%+v)", i, p.Succeeded, p.Backlog, n-deleted, ps)
+			}
+		}
+		if deleted != n {
+			t.Errorf("passes deleted %d items, want %d: %+v", deleted, n, ps)
+		}
+		if w := logs.matching("retention is behind"); len(w) == 0 {
+			t.Errorf("no warning that retention is behind; warnings: %q", logs.matching(""))
+		}
+	})
 }

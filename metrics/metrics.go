@@ -139,6 +139,8 @@ const (
 	nameStoreErrors     = "metrics_store_errors_total"
 	nameRefreshDuration = "metrics_refresh_duration_seconds"
 	nameTimeToSuccess   = "item_time_to_success_seconds"
+	nameRetainDeleted   = "retention_deleted_total"
+	nameRetainBacklog   = "retention_backlog_items"
 )
 
 var allNames = []string{
@@ -147,6 +149,7 @@ var allNames = []string{
 	nameBreakerState, nameItems, nameItemsStuck, nameOldestDueAge,
 	nameBudgetRequests, nameBudgetRetries, nameBudgetRatio,
 	nameStoreErrors, nameRefreshDuration, nameTimeToSuccess,
+	nameRetainDeleted, nameRetainBacklog,
 	nameStuckAfter, nameDeadLetterAlerts,
 	nameFlowRate, nameFlowSlowStart, nameFlowGate, nameFlowWaited, nameFlowLimited, nameFlowCalls,
 }
@@ -206,6 +209,8 @@ type Metrics struct {
 	rateLimited   *prometheus.CounterVec
 	deadLettered  *prometheus.CounterVec
 	redriven      prometheus.Counter
+	retainDeleted *prometheus.CounterVec
+	retainBacklog prometheus.Gauge
 	rescued       *prometheus.CounterVec
 	runsFinished  *prometheus.CounterVec
 	stageDuration *prometheus.HistogramVec
@@ -292,6 +297,17 @@ func New(store redrive.Store, opts Options) *Metrics {
 	m.redriven = prometheus.NewCounter(prometheus.CounterOpts{
 		Namespace: ns, Name: nameRedriven,
 		Help: "Dead or canceled items sent through again by a redrive.",
+	})
+	m.retainDeleted = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Namespace: ns, Name: nameRetainDeleted,
+		Help: "Rows retention deleted: kind is succeeded (items past Retention), run_items (items of runs past RunRetention) or notifications.",
+	}, []string{"kind"})
+	for _, k := range retainKinds {
+		m.retainDeleted.WithLabelValues(k)
+	}
+	m.retainBacklog = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Name: nameRetainBacklog,
+		Help: "Succeeded items past retention that this process's last retention pass left to delete when its time was up (at most 1e6); 0 when it caught up. Growing: retention is behind the engine.",
 	})
 	m.rescued = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: nameRescued,
@@ -463,8 +479,22 @@ func (m *Metrics) Observe(ev redrive.Event) {
 		}
 	case *redrive.Redriven:
 		m.Observe(*e)
+	case redrive.RetentionPassed:
+		for i, n := range [...]int{e.Succeeded, e.RunItems, e.Notifications} {
+			if n > 0 {
+				m.retainDeleted.WithLabelValues(retainKinds[i]).Add(float64(n))
+			}
+		}
+		m.retainBacklog.Set(float64(e.Backlog))
+	case *redrive.RetentionPassed:
+		m.Observe(*e)
 	}
 }
+
+// retainKinds are the values of the kind label of
+// redrive_retention_deleted_total, in the order of RetentionPassed's
+// Succeeded, RunItems and Notifications.
+var retainKinds = [...]string{"succeeded", "run_items", "notifications"}
 
 // breakerValue maps a breaker state to the value of redrive_breaker_state.
 func breakerValue(s retry.BreakerState) float64 {
@@ -519,7 +549,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) eventCollectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.attempts, m.retries, m.rateLimited, m.deadLettered, m.redriven,
-		m.rescued, m.runsFinished, m.stageDuration, m.retryDelay, m.breakerState,
+		m.retainDeleted, m.retainBacklog, m.rescued, m.runsFinished, m.stageDuration, m.retryDelay, m.breakerState,
 		m.timeToSuccess,
 	}
 }

@@ -380,27 +380,6 @@ func (s *Store) Count(ctx context.Context, f redrive.ItemFilter) (int, error) {
 	return int(n), nil
 }
 
-// DeleteSucceeded deletes up to limit succeeded items (all of them when
-// limit is 0) last updated before t, oldest ID first, with their attempts,
-// and returns how many it deleted.
-func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int) (int, error) {
-	if limit < 0 {
-		return 0, errors.New("postgres: delete succeeded: negative limit")
-	}
-	var a args
-	// Rows another process is deleting are skipped, not waited for.
-	// The runs keep counting what retention deletes (migration 0016): the
-	// statement's transaction sets redrive.counts_unchanged, which the
-	// delete trigger of run_counts skips.
-	n, err := s.deleteItems(ctx, `DELETE FROM `+s.q+`.items WHERE state = 'succeeded' AND `+countsUnchanged+` AND id = ANY(ARRAY(
-		SELECT id FROM `+s.q+`.items WHERE state = 'succeeded' AND updated_at < `+a.add(before)+`
-		ORDER BY id`+limitClause(&a, limit)+` FOR UPDATE SKIP LOCKED))`, a)
-	if err != nil {
-		return 0, s.fail("delete succeeded", err)
-	}
-	return n, nil
-}
-
 // DeleteFinishedRuns deletes up to limit finished items of the runs that
 // finished before t, with their attempts, each statement its own
 // transaction, then the runs left without items and their count rows.
@@ -426,6 +405,9 @@ func (s *Store) DeleteFinishedRuns(ctx context.Context, before time.Time, limit 
 	SELECT count(*) FROM d`, before).Scan(&n)
 	if err != nil {
 		return items, 0, s.fail("delete finished runs", err)
+	}
+	if _, err := s.vacuumDeleted(ctx, items); err != nil {
+		return items, int(n), err
 	}
 	return items, int(n), nil
 }

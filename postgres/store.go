@@ -35,10 +35,22 @@ type Options struct {
 	// listening connection is down, so that idle workers keep polling.
 	// Default 1 s.
 	PollFallback time.Duration
+	// VacuumAfter is how many items retention deletes (DeleteSucceeded
+	// and DeleteFinishedRuns) between two VACUUMs of the items and
+	// attempts tables that the store runs itself, so that the space of
+	// deleted and updated rows is reused and the dead entries that claims
+	// would walk leave the indexes whether or not the server's autovacuum
+	// runs, or keeps up (docs/engine.md, "PostgreSQL over the long haul").
+	// Default 0: DefaultVacuumAfter. Negative: never; autovacuum alone.
+	VacuumAfter int
 }
 
 // DefaultSchema is the schema used when Options.Schema is empty.
 const DefaultSchema = "redrive"
+
+// DefaultVacuumAfter is the number of items deleted by retention between
+// two VACUUMs the store runs itself when Options.VacuumAfter is 0.
+const DefaultVacuumAfter = 500_000
 
 // DefaultPollFallback is the wake-up interval used when
 // Options.PollFallback is 0.
@@ -53,6 +65,8 @@ type Store struct {
 	opts    Options
 
 	completes atomic.Uint64 // Complete calls, to fold run_counts now and then
+	retain    retainCursor  // where DeleteSucceeded goes on (retention.go)
+	vacuum    vacuumer      // the store's own VACUUMs (vacuum.go)
 }
 
 var (
@@ -69,6 +83,9 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 	}
 	if opts.PollFallback <= 0 {
 		opts.PollFallback = DefaultPollFallback
+	}
+	if opts.VacuumAfter == 0 {
+		opts.VacuumAfter = DefaultVacuumAfter
 	}
 	if opts.MaxConns < 0 {
 		return nil, errors.New("postgres: open: MaxConns must not be negative")

@@ -1,0 +1,98 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+)
+
+// DeleteSucceeded deletes up to limit succeeded items (all of them when
+// limit is 0) last updated before t, least recently updated first, with
+// their attempts and audit marks, and returns how many it deleted.
+//
+// It walks items_succeeded_updated in order and stops after limit rows, so
+// that a batch costs what it deletes: the statement before it sorted every
+// succeeded item by ID to delete the first of them, a cost that grew with
+// the backlog, and retention fell behind a busy engine (docs/BENCHMARKS.md,
+// "PostgreSQL for the long haul"). A batch that came back full leaves a
+// cursor (retainCursor) where the next one goes on, so that the next batch
+// does not walk again the index entries of the rows just deleted, which
+// stay in the index until vacuum removes them; a batch that comes back
+// short, or an unlimited one, clears it, so the next pass walks from the
+// start and finds the rows committed behind the cursor.
+func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit < 0 {
+		return 0, errors.New("postgres: delete succeeded: negative limit")
+	}
+	var lim *int64
+	if limit > 0 {
+		l := int64(limit)
+		lim = &l
+	}
+	from := s.retain.get()
+	// Rows another process is deleting are skipped, not waited for.
+	// The runs keep counting what retention deletes (migration 0016): the
+	// statement's transaction sets redrive.counts_unchanged, which the
+	// delete trigger of run_counts skips. Sorts and bitmap scans are off
+	// for the batch's implicit transaction, as for claims (planSettings):
+	// the only plan left walks the index in order.
+	b := &pgx.Batch{}
+	b.Queue(planSettings)
+	b.Queue(`WITH d AS (DELETE FROM `+s.q+`.items WHERE state = 'succeeded' AND `+countsUnchanged+` AND id = ANY(ARRAY(
+		SELECT id FROM `+s.q+`.items WHERE state = 'succeeded' AND updated_at < $1 AND updated_at >= $2
+		ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED)) RETURNING id, updated_at),
+	da AS (DELETE FROM `+s.q+`.attempts WHERE item_id IN (SELECT id FROM d)),
+	dm AS (DELETE FROM `+s.q+`.action_items WHERE item_id IN (SELECT id FROM d))
+	SELECT count(*), max(updated_at) FROM d`, before, from, lim)
+	br := s.pool.SendBatch(ctx, b)
+	defer br.Close()
+	var n int64
+	var last *time.Time
+	if _, err := br.Exec(); err != nil {
+		return 0, s.fail("delete succeeded", err)
+	}
+	if err := br.QueryRow().Scan(&n, &last); err != nil {
+		return 0, s.fail("delete succeeded", err)
+	}
+	if err := br.Close(); err != nil {
+		return 0, s.fail("delete succeeded", err)
+	}
+	if limit > 0 && int(n) == limit && last != nil {
+		s.retain.set(last.Add(-retainSlack))
+	} else {
+		s.retain.set(time.Time{})
+	}
+	if _, err := s.vacuumDeleted(ctx, int(n)); err != nil {
+		return int(n), err
+	}
+	return int(n), nil
+}
+
+// retainSlack is how far before the last row it deleted a full batch of
+// DeleteSucceeded lets the next one start: completions stamped a little
+// before it that committed after it are still found by the next batch.
+// Rows stamped earlier still are found by the next pass, which starts from
+// the beginning.
+const retainSlack = time.Second
+
+// retainCursor is the update time from which DeleteSucceeded's next batch
+// walks items_succeeded_updated; zero: from the start.
+type retainCursor struct {
+	mu   sync.Mutex
+	from time.Time
+}
+
+func (c *retainCursor) get() time.Time {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.from
+}
+
+func (c *retainCursor) set(t time.Time) {
+	c.mu.Lock()
+	c.from = t
+	c.mu.Unlock()
+}

@@ -1,0 +1,49 @@
+package postgres_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/pgtest"
+	"github.com/redrive/redrive/postgres"
+)
+
+// The store vacuums its items table itself once retention has deleted
+// Options.VacuumAfter items, and never with a negative VacuumAfter.
+func TestRetentionVacuums(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		after int
+		want  bool
+	}{{5, true}, {-1, false}} {
+		url, schema := pgtest.NewSchema(t)
+		ctx := context.Background()
+		s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema, Migrate: true, VacuumAfter: tc.after})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		run := mustRun(t, s, "p")
+		enqueue(t, s, run, make([]redrive.NewItem, 10)...)
+		var cs []redrive.Completion
+		for _, l := range claim(t, s, "p", 10, t0) {
+			cs = append(cs, done(l, redrive.StateSucceeded, t0))
+		}
+		if _, err := s.Complete(ctx, cs); err != nil {
+			t.Fatal(err)
+		}
+		if n, err := s.DeleteSucceeded(ctx, t0.Add(time.Hour), 0); err != nil || n != 10 {
+			t.Fatalf("DeleteSucceeded = %d, %v; want 10", n, err)
+		}
+		var vacuums int64
+		if err := s.Pool().QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'items'`,
+			schema).Scan(&vacuums); err != nil {
+			t.Fatal(err)
+		}
+		if got := vacuums > 0; got != tc.want {
+			t.Errorf("VacuumAfter %d: items vacuumed %d times after 10 deleted items, want vacuumed = %v", tc.after, vacuums, tc.want)
+		}
+	}
+}
