@@ -119,4 +119,5 @@ func ExampleStore_MigrationStatus() {
 	// 0019 request_keys applied: true
 	// 0020 action_marks_by_action applied: true
 	// 0021 outbox_output applied: true
+	// 0024 trace_context applied: true
 }
