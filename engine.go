@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrive/redrive/retry"
 )
 
@@ -18,6 +20,7 @@ type engine struct {
 	store     Store
 	cfg       Config
 	log       *slog.Logger
+	tracer    trace.Tracer // nil when tracing is off (trace.go)
 	pipelines map[string]*Pipeline
 	names     []string
 
@@ -88,6 +91,8 @@ type task struct {
 	unstarted bool
 	probe     bool // a half-open breaker's probe: its failure is the dependency's
 	events    []Event
+	// span is the attempt's span; nil when tracing is off (trace.go).
+	span trace.Span
 	// Flow control (flow.go): the stage's flow, the permit the call started
 	// with, and whether a rate-limited result was the whole stage's.
 	flow         *flow
@@ -122,7 +127,7 @@ func (c *Client) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	e := &engine{
-		c: c, store: c.store, cfg: c.cfg, log: c.cfg.Logger,
+		c: c, store: c.store, cfg: c.cfg, log: c.cfg.Logger, tracer: newTracer(c.cfg.TracerProvider),
 		pipelines: map[string]*Pipeline{},
 		inflight:  map[LeaseRef]*task{},
 		current:   map[int64]*task{},

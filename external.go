@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrive/redrive/retry"
 )
 
@@ -110,6 +112,12 @@ type ExternalLease struct {
 	// Timeout is the stage's timeout (Stage.Timeout), 0 for none: a worker
 	// fails an attempt that runs longer as retryable.
 	Timeout time.Duration
+	// TraceParent and TraceState are the W3C Trace Context a worker's own
+	// spans take as their parent: the attempt's span when the client traces
+	// (Config.TracerProvider), else the item's (Item.TraceParent). Empty
+	// when neither exists.
+	TraceParent string
+	TraceState  string
 }
 
 // Ref returns the lease's reference.
@@ -176,6 +184,7 @@ type extLease struct {
 	started  time.Time
 	expires  time.Time
 	worker   string
+	span     trace.Span // the attempt's span; nil when tracing is off (trace.go)
 }
 
 // externals is the external work of an engine. Its zero value is ready.
@@ -265,9 +274,12 @@ func (x *externals) take(ref LeaseRef) *extLease {
 	return l
 }
 
-// drop ends the flow and breaker accounting of a lease that ended without
-// a result: released, expired or taken over.
-func (l *extLease) drop() {
+// drop ends the flow and breaker accounting, and the span, of a lease that
+// ended without a result: released, expired or taken over, as why says.
+func (l *extLease) drop(why string) {
+	if l.span != nil {
+		endReleasedSpan(l.span, why)
+	}
 	l.permit.Done()
 	if l.admitted && l.flow != nil && l.flow.breaker != nil {
 		l.flow.breaker.Record(context.Canceled)
@@ -296,7 +308,7 @@ func (x *externals) sweep(now time.Time) {
 	}
 	x.mu.Unlock()
 	for _, l := range gone {
-		l.drop()
+		l.drop("lease expired")
 	}
 }
 
@@ -640,7 +652,7 @@ func (e *engine) leaseOnce(ctx, waitCtx context.Context, p *Pipeline, si int, re
 		refs := make([]LeaseRef, len(ls))
 		for i, l := range ls {
 			refs[i] = LeaseRef{ItemID: l.item.ID, Token: l.token}
-			l.drop()
+			l.drop("not handed out: recording the start failed")
 		}
 		e.ext.unreserve(k, len(ls))
 		_ = e.store.Release(mctx, refs, e.cfg.Now())
@@ -664,6 +676,13 @@ func (e *engine) leaseOnce(ctx, waitCtx context.Context, p *Pipeline, si int, re
 	for _, id := range lost {
 		gone[id] = true
 	}
+	if e.tracer != nil {
+		for _, l := range ls {
+			if !gone[l.item.ID] {
+				_, l.span = startAttemptSpan(ctx, e.tracer, &l.item, req.Worker, start)
+			}
+		}
+	}
 	out := make([]ExternalLease, 0, len(ls))
 	e.ext.mu.Lock()
 	if e.ext.leases == nil {
@@ -677,13 +696,18 @@ func (e *engine) leaseOnce(ctx, waitCtx context.Context, p *Pipeline, si int, re
 		}
 		l.expires = until
 		e.ext.leases[LeaseRef{ItemID: l.item.ID, Token: l.token}] = l
-		out = append(out, ExternalLease{Item: l.item, Token: l.token, Attempt: l.item.Attempt + 1, ExpiresAt: until, Timeout: st.Timeout})
+		el := ExternalLease{Item: l.item, Token: l.token, Attempt: l.item.Attempt + 1, ExpiresAt: until, Timeout: st.Timeout,
+			TraceParent: l.item.TraceParent, TraceState: l.item.TraceState}
+		if l.span != nil {
+			el.TraceParent, el.TraceState = spanHeaders(l.span.SpanContext())
+		}
+		out = append(out, el)
 	}
 	e.ext.unreserveLocked(k, dropped)
 	e.ext.mu.Unlock()
 	for _, l := range ls {
 		if gone[l.item.ID] {
-			l.drop()
+			l.drop("lease lost before it was handed out")
 			continue
 		}
 		if st.Policy.Budget != nil && l.item.Attempt == 0 && l.item.RateLimitWaits == 0 {
@@ -815,14 +839,25 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 	if err != nil {
 		// Nothing was recorded: the worker sends the results again, and
 		// meanwhile the leases stand (or expire and are rescued).
+		for _, t := range tasks {
+			if t.span != nil {
+				endReleasedSpan(t.span, "result not recorded: the store failed")
+			}
+		}
 		return nil, fmt.Errorf("redrive: record external results: %w", err)
 	}
 	advanced := false
 	for j, t := range tasks {
 		i := idx[j]
 		if !applied[j] {
+			if t.span != nil {
+				endReleasedSpan(t.span, "result not applied: "+errLeaseGone)
+			}
 			out[i].Error = errLeaseGone
 			continue
+		}
+		if t.span != nil {
+			endAttemptSpan(t.span, &t.comp.Record, t.comp.Now)
 		}
 		out[i].Applied = true
 		out[i].Outcome, out[i].State = t.comp.Record.Outcome, t.comp.State
@@ -849,7 +884,7 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 func (e *engine) externalTask(ctx context.Context, ref LeaseRef) (_ *task, admitted bool, _ error) {
 	if l := e.ext.take(ref); l != nil {
 		return &task{lease: Lease{Item: l.item, Token: l.token}, pipeline: l.pipeline, stage: l.stage,
-			flow: l.flow, permit: l.permit, probe: l.probe, started: l.started, startedAt: l.started}, l.admitted, nil
+			flow: l.flow, permit: l.permit, probe: l.probe, started: l.started, startedAt: l.started, span: l.span}, l.admitted, nil
 	}
 	it, err := e.store.GetItem(ctx, ref.ItemID)
 	if errors.Is(err, ErrNotFound) {
@@ -1008,7 +1043,7 @@ func (c *Client) HeartbeatExternal(ctx context.Context, worker string, refs []Le
 	}
 	e.ext.mu.Unlock()
 	for _, l := range dropped {
-		l.drop()
+		l.drop("lease lost: it expired or was superseded")
 	}
 	return until, out, nil
 }
@@ -1048,7 +1083,7 @@ func (c *Client) ReleaseExternal(ctx context.Context, worker string, refs []Leas
 	}
 	for _, r := range refs {
 		if l := e.ext.take(r); l != nil {
-			l.drop()
+			l.drop("released unworked by the worker")
 		}
 	}
 	e.wake()
