@@ -281,7 +281,9 @@ func TestServeExportsTraces(t *testing.T) {
 	// Every attempt's span arrives: 3 http calls (one failed), 2 external.
 	waitFor(t, "the exported spans", 30*time.Second, func() bool {
 		return len(rc.named("traced/call")) >= 3 && len(rc.named("traced/work")) >= 2
-	}, func() string { return fmt.Sprintf("received %d call and %d work spans\n%s", len(rc.named("traced/call")), len(rc.named("traced/work")), log.String()) })
+	}, func() string {
+		return fmt.Sprintf("received %d call and %d work spans\n%s", len(rc.named("traced/call")), len(rc.named("traced/work")), log.String())
+	})
 	rc.mu.Lock()
 	bad := rc.bad
 	rc.mu.Unlock()
