@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -341,6 +342,45 @@ func TestServeExportsTraces(t *testing.T) {
 		_, pySpan := traceparentParts(t, pyTP)
 		if _, ok := workSpans[pySpan]; !ok {
 			t.Errorf("the Python handler's traceparent %q names no exported external attempt span", pyTP)
+		}
+	}
+}
+
+// TestTracerProviderConfig shows when commands export spans: off without
+// --otlp-endpoint and the standard variables, on with either, off again
+// when OTEL_SDK_DISABLED or OTEL_TRACES_EXPORTER=none says so; a flag that
+// is not an http(s) URL is a usage error.
+func TestTracerProviderConfig(t *testing.T) {
+	for _, k := range []string{envOTLPEndpoint, envOTLPTracesEndpoint, "OTEL_SDK_DISABLED", "OTEL_TRACES_EXPORTER"} {
+		t.Setenv(k, "")
+	}
+	logger := slog.New(slog.DiscardHandler)
+	on := func(flag string) bool {
+		t.Helper()
+		tp, stop, err := newTracerProvider(t.Context(), flag, logger)
+		if err != nil {
+			t.Fatalf("newTracerProvider(%q): %v", flag, err)
+		}
+		defer stop()
+		return tp != nil
+	}
+	if on("") {
+		t.Errorf("tracing on without an endpoint")
+	}
+	if !on("http://127.0.0.1:4318") {
+		t.Errorf("tracing off with --otlp-endpoint")
+	}
+	t.Setenv(envOTLPTracesEndpoint, "http://127.0.0.1:4318/v1/traces")
+	if !on("") {
+		t.Errorf("tracing off with %s set", envOTLPTracesEndpoint)
+	}
+	t.Setenv("OTEL_TRACES_EXPORTER", "none")
+	if on("") {
+		t.Errorf("tracing on with OTEL_TRACES_EXPORTER=none")
+	}
+	for _, bad := range []string{"127.0.0.1:4318", "ftp://x", "http://"} {
+		if _, _, err := newTracerProvider(t.Context(), bad, logger); err == nil {
+			t.Errorf("--otlp-endpoint %q accepted", bad)
 		}
 	}
 }
