@@ -91,8 +91,6 @@ type task struct {
 	unstarted bool
 	probe     bool // a half-open breaker's probe: its failure is the dependency's
 	events    []Event
-	// span is the attempt's span; nil when tracing is off (trace.go).
-	span trace.Span
 	// Flow control (flow.go): the stage's flow, the permit the call started
 	// with, and whether a rate-limited result was the whole stage's.
 	flow         *flow
@@ -107,10 +105,10 @@ type task struct {
 	cancel     context.CancelFunc
 	lost       bool
 	completing bool
+	marked     bool // see startedAt
 	// startedAt is when the handler started (zero before); marked that
 	// the store knows it (startmark.go). Guarded by engine.mu.
 	startedAt time.Time
-	marked    bool
 }
 
 func (t *task) key() StageKey {

@@ -810,6 +810,7 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 	out := make([]ExternalSettled, len(results))
 	var comps []Completion
 	var tasks []*task
+	var spans []trace.Span // the tasks' attempt spans, nil when tracing is off
 	var idx []int
 	seen := make(map[LeaseRef]bool, len(results))
 	for i, r := range results {
@@ -819,7 +820,7 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 			continue
 		}
 		seen[r.Lease] = true
-		t, admitted, err := e.externalTask(ctx, r.Lease)
+		t, admitted, span, err := e.externalTask(ctx, r.Lease)
 		if err != nil {
 			return nil, err
 		}
@@ -830,6 +831,7 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 		e.settleExternal(t, admitted, r)
 		comps = append(comps, t.comp)
 		tasks = append(tasks, t)
+		spans = append(spans, span)
 		idx = append(idx, i)
 	}
 	if len(comps) == 0 {
@@ -839,9 +841,9 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 	if err != nil {
 		// Nothing was recorded: the worker sends the results again, and
 		// meanwhile the leases stand (or expire and are rescued).
-		for _, t := range tasks {
-			if t.span != nil {
-				endReleasedSpan(t.span, "result not recorded: the store failed")
+		for _, span := range spans {
+			if span != nil {
+				endReleasedSpan(span, "result not recorded: the store failed")
 			}
 		}
 		return nil, fmt.Errorf("redrive: record external results: %w", err)
@@ -850,14 +852,14 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 	for j, t := range tasks {
 		i := idx[j]
 		if !applied[j] {
-			if t.span != nil {
-				endReleasedSpan(t.span, "result not applied: "+errLeaseGone)
+			if spans[j] != nil {
+				endReleasedSpan(spans[j], "result not applied: "+errLeaseGone)
 			}
 			out[i].Error = errLeaseGone
 			continue
 		}
-		if t.span != nil {
-			endAttemptSpan(t.span, &t.comp.Record, t.comp.Now)
+		if spans[j] != nil {
+			endAttemptSpan(spans[j], &t.comp.Record, t.comp.Now)
 		}
 		out[i].Applied = true
 		out[i].Outcome, out[i].State = t.comp.Record.Outcome, t.comp.State
@@ -880,25 +882,26 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 // this one restarted since) from the item as stored, whose completion the
 // store then fences by the token. nil when the lease cannot be current.
 // admitted reports that the stage's breaker let the lease through here, so
-// that its result must be recorded there.
-func (e *engine) externalTask(ctx context.Context, ref LeaseRef) (_ *task, admitted bool, _ error) {
+// that its result must be recorded there. span is the attempt's span, when
+// this process handed the lease out and traces.
+func (e *engine) externalTask(ctx context.Context, ref LeaseRef) (_ *task, admitted bool, span trace.Span, _ error) {
 	if l := e.ext.take(ref); l != nil {
 		return &task{lease: Lease{Item: l.item, Token: l.token}, pipeline: l.pipeline, stage: l.stage,
-			flow: l.flow, permit: l.permit, probe: l.probe, started: l.started, startedAt: l.started, span: l.span}, l.admitted, nil
+			flow: l.flow, permit: l.permit, probe: l.probe, started: l.started, startedAt: l.started}, l.admitted, l.span, nil
 	}
 	it, err := e.store.GetItem(ctx, ref.ItemID)
 	if errors.Is(err, ErrNotFound) {
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("redrive: record external results: %w", err)
+		return nil, false, nil, fmt.Errorf("redrive: record external results: %w", err)
 	}
 	if it.State != StateRunning {
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
 	p, si, err := e.externalStage(it.Pipeline, it.Stage)
 	if err != nil {
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
 	started := it.AttemptStartedAt
 	if started.IsZero() {
@@ -907,7 +910,7 @@ func (e *engine) externalTask(ctx context.Context, ref LeaseRef) (_ *task, admit
 	// No permit or breaker admission was taken here: the result still
 	// tells the flow about the dependency (a push back closes its gate).
 	return &task{lease: Lease{Item: it, Token: ref.Token}, pipeline: p, stage: si, flow: e.flows[StageKey{Pipeline: p.Name, Stage: it.Stage}],
-		started: started, startedAt: started}, false, nil
+		started: started, startedAt: started}, false, nil, nil
 }
 
 // settleExternal decides what follows an external result, as attempt does

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrive/redrive/retry"
 )
 
@@ -96,8 +98,9 @@ func (e *engine) attempt(t *task) {
 		return
 	}
 	e.starts.Add(1)
+	var span trace.Span // nil when tracing is off (trace.go)
 	if e.tracer != nil {
-		ctx, t.span = startAttemptSpan(ctx, e.tracer, it, e.cfg.Owner, start)
+		ctx, span = startAttemptSpan(ctx, e.tracer, it, e.cfg.Owner, start)
 	}
 	out, err := call(ctx, st.Handle, it)
 	end := e.cfg.Now()
@@ -108,8 +111,8 @@ func (e *engine) attempt(t *task) {
 	if lost {
 		// Another worker took the item over: this result cannot be
 		// recorded (the token is stale), so nothing is written.
-		if t.span != nil {
-			endReleasedSpan(t.span, "lease lost: another worker took the item over")
+		if span != nil {
+			endReleasedSpan(span, "lease lost: another worker took the item over")
 		}
 		t.permit.Done()
 		if br != nil {
@@ -121,8 +124,8 @@ func (e *engine) attempt(t *task) {
 	if err != nil && e.workCtx.Err() != nil {
 		// The client is stopping and interrupted the handler: the
 		// attempt did not fail on its own, so it is not counted.
-		if t.span != nil {
-			endReleasedSpan(t.span, "interrupted: the client is stopping")
+		if span != nil {
+			endReleasedSpan(span, "interrupted: the client is stopping")
 		}
 		t.permit.Done()
 		if br != nil {
@@ -159,8 +162,8 @@ func (e *engine) attempt(t *task) {
 	}
 	e.settle(t, err, o, end)
 	e.decide(t, st.Policy, out, err, o, start, end)
-	if t.span != nil {
-		endAttemptSpan(t.span, &t.comp.Record, end)
+	if span != nil {
+		endAttemptSpan(span, &t.comp.Record, end)
 	}
 }
 
