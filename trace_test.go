@@ -147,7 +147,7 @@ func TestTraceAttemptSpans(t *testing.T) {
 				redrive.AttrOutcome:  attribute.StringValue(string(a.Outcome)),
 			} {
 				if v, ok := spanAttr(sp, k); !ok || v != want {
-					t.Errorf("item %d attempt %d: %s = %v, want %v", it.ID, a.Number, k, v.Emit(), want.Emit())
+					t.Errorf("item %d attempt %d: %s = %v, want %v", it.ID, a.Number, k, v.String(), want.String())
 				}
 			}
 			if a.Outcome == redrive.OutcomeSucceeded {
