@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"sync"
 	"time"
+
+	"go.opentelemetry.io/otel/trace"
 )
 
 // Config configures a Client. Zero values take the stated defaults.
@@ -87,6 +89,15 @@ type Config struct {
 	Observers []func(Event)
 	// Now is the clock. Default time.Now.
 	Now func() time.Time
+	// TracerProvider makes a span of every attempt (docs/tracing.md): a
+	// child of the trace context its item was submitted with, carrying the
+	// pipeline, stage, attempt number, item, run, worker and, for a failed
+	// attempt, its class and an error status; the handler's context holds
+	// it. Pass the OpenTelemetry SDK's provider (go.opentelemetry.io/otel/sdk/trace)
+	// to export them. Default nil: no tracing, as with a no-op provider
+	// (go.opentelemetry.io/otel/trace/noop), at no cost per attempt: the
+	// engine then has no tracer and starts no span.
+	TracerProvider trace.TracerProvider
 }
 
 func (c Config) withDefaults() Config {
@@ -249,7 +260,9 @@ func (c *Client) StartRun(ctx context.Context, pipeline string, items []NewItem,
 }
 
 // AddItems enqueues items into an existing run at its pipeline's first
-// stage, in one transaction. A finished run reopens.
+// stage, in one transaction. A finished run reopens. When ctx carries a span
+// (OpenTelemetry), items without a TraceParent of their own are submitted
+// with its trace context.
 func (c *Client) AddItems(ctx context.Context, runID int64, items []NewItem) ([]Enqueued, error) {
 	run, err := c.store.GetRun(ctx, runID)
 	if err != nil {
@@ -262,6 +275,7 @@ func (c *Client) AddItems(ctx context.Context, runID int64, items []NewItem) ([]
 	if len(items) == 0 {
 		return nil, nil
 	}
+	items = withTraceContext(ctx, items)
 	out, err := c.store.Enqueue(ctx, EnqueueRequest{RunID: runID, Pipeline: p.Name, Stage: p.Stages[0].Name, Items: items, Now: c.cfg.Now()})
 	if err != nil {
 		return nil, fmt.Errorf("redrive: enqueue: %w", err)

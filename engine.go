@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrive/redrive/retry"
 )
 
@@ -18,6 +20,7 @@ type engine struct {
 	store     Store
 	cfg       Config
 	log       *slog.Logger
+	tracer    trace.Tracer // nil when tracing is off (trace.go)
 	pipelines map[string]*Pipeline
 	paceSums  paceSums // waits on the stages' flows, for the store (pacewaits.go)
 	names     []string
@@ -107,10 +110,10 @@ type task struct {
 	cancel     context.CancelFunc
 	lost       bool
 	completing bool
+	marked     bool // see startedAt
 	// startedAt is when the handler started (zero before); marked that
 	// the store knows it (startmark.go). Guarded by engine.mu.
 	startedAt time.Time
-	marked    bool
 }
 
 func (t *task) key() StageKey {
@@ -127,7 +130,7 @@ func (c *Client) Start(ctx context.Context) error {
 		return ErrStarted
 	}
 	e := &engine{
-		c: c, store: c.store, cfg: c.cfg, log: c.cfg.Logger,
+		c: c, store: c.store, cfg: c.cfg, log: c.cfg.Logger, tracer: newTracer(c.cfg.TracerProvider),
 		pipelines: map[string]*Pipeline{},
 		inflight:  map[LeaseRef]*task{},
 		current:   map[int64]*task{},

@@ -9,6 +9,8 @@ import (
 	"time"
 	"unicode"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrive/redrive/retry"
 )
 
@@ -110,6 +112,12 @@ type ExternalLease struct {
 	// Timeout is the stage's timeout (Stage.Timeout), 0 for none: a worker
 	// fails an attempt that runs longer as retryable.
 	Timeout time.Duration
+	// TraceParent and TraceState are the W3C Trace Context a worker's own
+	// spans take as their parent: the attempt's span when the client traces
+	// (Config.TracerProvider), else the item's (Item.TraceParent). Empty
+	// when neither exists.
+	TraceParent string
+	TraceState  string
 }
 
 // Ref returns the lease's reference.
@@ -176,6 +184,7 @@ type extLease struct {
 	started  time.Time
 	expires  time.Time
 	worker   string
+	span     trace.Span // the attempt's span; nil when tracing is off (trace.go)
 }
 
 // externals is the external work of an engine. Its zero value is ready.
@@ -265,9 +274,12 @@ func (x *externals) take(ref LeaseRef) *extLease {
 	return l
 }
 
-// drop ends the flow and breaker accounting of a lease that ended without
-// a result: released, expired or taken over.
-func (l *extLease) drop() {
+// drop ends the flow and breaker accounting, and the span, of a lease that
+// ended without a result: released, expired or taken over, as why says.
+func (l *extLease) drop(why string) {
+	if l.span != nil {
+		endReleasedSpan(l.span, why)
+	}
 	l.permit.Done()
 	if l.admitted && l.flow != nil && l.flow.breaker != nil {
 		l.flow.breaker.Record(context.Canceled)
@@ -296,7 +308,7 @@ func (x *externals) sweep(now time.Time) {
 	}
 	x.mu.Unlock()
 	for _, l := range gone {
-		l.drop()
+		l.drop("lease expired")
 	}
 }
 
@@ -643,7 +655,7 @@ func (e *engine) leaseOnce(ctx, waitCtx context.Context, p *Pipeline, si int, re
 		refs := make([]LeaseRef, len(ls))
 		for i, l := range ls {
 			refs[i] = LeaseRef{ItemID: l.item.ID, Token: l.token}
-			l.drop()
+			l.drop("not handed out: recording the start failed")
 		}
 		e.ext.unreserve(k, len(ls))
 		_ = e.store.Release(mctx, refs, e.cfg.Now())
@@ -667,6 +679,13 @@ func (e *engine) leaseOnce(ctx, waitCtx context.Context, p *Pipeline, si int, re
 	for _, id := range lost {
 		gone[id] = true
 	}
+	if e.tracer != nil {
+		for _, l := range ls {
+			if !gone[l.item.ID] {
+				_, l.span = startAttemptSpan(ctx, e.tracer, &l.item, req.Worker, start)
+			}
+		}
+	}
 	out := make([]ExternalLease, 0, len(ls))
 	e.ext.mu.Lock()
 	if e.ext.leases == nil {
@@ -680,13 +699,18 @@ func (e *engine) leaseOnce(ctx, waitCtx context.Context, p *Pipeline, si int, re
 		}
 		l.expires = until
 		e.ext.leases[LeaseRef{ItemID: l.item.ID, Token: l.token}] = l
-		out = append(out, ExternalLease{Item: l.item, Token: l.token, Attempt: l.item.Attempt + 1, ExpiresAt: until, Timeout: st.Timeout})
+		el := ExternalLease{Item: l.item, Token: l.token, Attempt: l.item.Attempt + 1, ExpiresAt: until, Timeout: st.Timeout,
+			TraceParent: l.item.TraceParent, TraceState: l.item.TraceState}
+		if l.span != nil {
+			el.TraceParent, el.TraceState = spanHeaders(l.span.SpanContext())
+		}
+		out = append(out, el)
 	}
 	e.ext.unreserveLocked(k, dropped)
 	e.ext.mu.Unlock()
 	for _, l := range ls {
 		if gone[l.item.ID] {
-			l.drop()
+			l.drop("lease lost before it was handed out")
 			continue
 		}
 		if st.Policy.Budget != nil && l.item.Attempt == 0 && l.item.RateLimitWaits == 0 {
@@ -789,6 +813,7 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 	out := make([]ExternalSettled, len(results))
 	var comps []Completion
 	var tasks []*task
+	var spans []trace.Span // the tasks' attempt spans, nil when tracing is off
 	var idx []int
 	seen := make(map[LeaseRef]bool, len(results))
 	for i, r := range results {
@@ -798,7 +823,7 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 			continue
 		}
 		seen[r.Lease] = true
-		t, admitted, err := e.externalTask(ctx, r.Lease)
+		t, admitted, span, err := e.externalTask(ctx, r.Lease)
 		if err != nil {
 			return nil, err
 		}
@@ -809,6 +834,7 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 		e.settleExternal(t, admitted, r)
 		comps = append(comps, t.comp)
 		tasks = append(tasks, t)
+		spans = append(spans, span)
 		idx = append(idx, i)
 	}
 	if len(comps) == 0 {
@@ -818,14 +844,25 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 	if err != nil {
 		// Nothing was recorded: the worker sends the results again, and
 		// meanwhile the leases stand (or expire and are rescued).
+		for _, span := range spans {
+			if span != nil {
+				endReleasedSpan(span, "result not recorded: the store failed")
+			}
+		}
 		return nil, fmt.Errorf("redrive: record external results: %w", err)
 	}
 	advanced := false
 	for j, t := range tasks {
 		i := idx[j]
 		if !applied[j] {
+			if spans[j] != nil {
+				endReleasedSpan(spans[j], "result not applied: "+errLeaseGone)
+			}
 			out[i].Error = errLeaseGone
 			continue
+		}
+		if spans[j] != nil {
+			endAttemptSpan(spans[j], &t.comp.Record, t.comp.Now)
 		}
 		out[i].Applied = true
 		out[i].Outcome, out[i].State = t.comp.Record.Outcome, t.comp.State
@@ -848,25 +885,26 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 // this one restarted since) from the item as stored, whose completion the
 // store then fences by the token. nil when the lease cannot be current.
 // admitted reports that the stage's breaker let the lease through here, so
-// that its result must be recorded there.
-func (e *engine) externalTask(ctx context.Context, ref LeaseRef) (_ *task, admitted bool, _ error) {
+// that its result must be recorded there. span is the attempt's span, when
+// this process handed the lease out and traces.
+func (e *engine) externalTask(ctx context.Context, ref LeaseRef) (_ *task, admitted bool, span trace.Span, _ error) {
 	if l := e.ext.take(ref); l != nil {
 		return &task{lease: Lease{Item: l.item, Token: l.token}, pipeline: l.pipeline, stage: l.stage,
-			flow: l.flow, permit: l.permit, probe: l.probe, started: l.started, startedAt: l.started}, l.admitted, nil
+			flow: l.flow, permit: l.permit, probe: l.probe, started: l.started, startedAt: l.started}, l.admitted, l.span, nil
 	}
 	it, err := e.store.GetItem(ctx, ref.ItemID)
 	if errors.Is(err, ErrNotFound) {
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
 	if err != nil {
-		return nil, false, fmt.Errorf("redrive: record external results: %w", err)
+		return nil, false, nil, fmt.Errorf("redrive: record external results: %w", err)
 	}
 	if it.State != StateRunning {
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
 	p, si, err := e.externalStage(it.Pipeline, it.Stage)
 	if err != nil {
-		return nil, false, nil
+		return nil, false, nil, nil
 	}
 	started := it.AttemptStartedAt
 	if started.IsZero() {
@@ -875,7 +913,7 @@ func (e *engine) externalTask(ctx context.Context, ref LeaseRef) (_ *task, admit
 	// No permit or breaker admission was taken here: the result still
 	// tells the flow about the dependency (a push back closes its gate).
 	return &task{lease: Lease{Item: it, Token: ref.Token}, pipeline: p, stage: si, flow: e.flows[StageKey{Pipeline: p.Name, Stage: it.Stage}],
-		started: started, startedAt: started}, false, nil
+		started: started, startedAt: started}, false, nil, nil
 }
 
 // settleExternal decides what follows an external result, as attempt does
@@ -1011,7 +1049,7 @@ func (c *Client) HeartbeatExternal(ctx context.Context, worker string, refs []Le
 	}
 	e.ext.mu.Unlock()
 	for _, l := range dropped {
-		l.drop()
+		l.drop("lease lost: it expired or was superseded")
 	}
 	return until, out, nil
 }
@@ -1051,7 +1089,7 @@ func (c *Client) ReleaseExternal(ctx context.Context, worker string, refs []Leas
 	}
 	for _, r := range refs {
 		if l := e.ext.take(r); l != nil {
-			l.drop()
+			l.drop("released unworked by the worker")
 		}
 	}
 	e.wake()

@@ -20,7 +20,8 @@ var ErrRunAborted = errors.New("redrive: run aborted")
 // after, with its counts: as read after the insert, or, from a store that
 // reads a run's status apart from its counts (SQLite, where counting a
 // large run costs more than the insert), run's counts with the added items
-// counted as pending.
+// counted as pending. When ctx carries a span (OpenTelemetry), items
+// without a TraceParent of their own are submitted with its trace context.
 func Submit(ctx context.Context, s Store, run Run, firstStage string, items []NewItem, now time.Time) (Run, []Enqueued, error) {
 	if run.Status == RunAborted {
 		return run, nil, fmt.Errorf("%w: run %d: %s", ErrRunAborted, run.ID, run.Reason)
@@ -28,6 +29,7 @@ func Submit(ctx context.Context, s Store, run Run, firstStage string, items []Ne
 	out := []Enqueued{}
 	if len(items) > 0 {
 		var err error
+		items = withTraceContext(ctx, items)
 		out, err = s.Enqueue(ctx, EnqueueRequest{RunID: run.ID, Pipeline: run.Pipeline, Stage: firstStage, Items: items, Now: now})
 		if err != nil {
 			return run, nil, fmt.Errorf("redrive: submit: %w", err)

@@ -130,6 +130,11 @@ type Item struct {
 	// that kills its process is charged every later attempt.
 	LeaseLosses int       `json:"lease_losses,omitempty"`
 	UpdatedAt   time.Time `json:"updated_at"`
+	// TraceParent and TraceState are the W3C Trace Context the item was
+	// submitted with (NewItem.TraceParent): its attempts' spans are
+	// children of that span. Empty when it was submitted without one.
+	TraceParent string `json:"traceparent,omitempty"`
+	TraceState  string `json:"tracestate,omitempty"`
 	// Reason is set for dead and canceled items.
 	Reason *Reason `json:"reason,omitempty"`
 }
@@ -317,4 +322,13 @@ type NewItem struct {
 	// announces them (docs/webhooks.md). The store keeps it as given; the
 	// caller validates it (the HTTP API does). Default: none.
 	Callback string
+	// TraceParent is a W3C traceparent header value ("00-<trace ID>-<span
+	// ID>-<flags>") that the item's attempt spans become children of,
+	// kept with the item across processes and restarts (docs/tracing.md).
+	// Default: the span of the context passed to Submit, StartRun or
+	// AddItems, if any; else none, and each attempt's span starts a trace.
+	TraceParent string
+	// TraceState is the W3C tracestate header value that goes with
+	// TraceParent. Default: none.
+	TraceState string
 }

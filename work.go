@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrive/redrive/retry"
 )
 
@@ -96,6 +98,10 @@ func (e *engine) attempt(t *task) {
 		return
 	}
 	e.starts.Add(1)
+	var span trace.Span // nil when tracing is off (trace.go)
+	if e.tracer != nil {
+		ctx, span = startAttemptSpan(ctx, e.tracer, it, e.cfg.Owner, start)
+	}
 	out, err := call(ctx, st.Handle, it)
 	end := e.cfg.Now()
 	cancel()
@@ -105,6 +111,9 @@ func (e *engine) attempt(t *task) {
 	if lost {
 		// Another worker took the item over: this result cannot be
 		// recorded (the token is stale), so nothing is written.
+		if span != nil {
+			endReleasedSpan(span, "lease lost: another worker took the item over")
+		}
 		t.permit.Done()
 		if br != nil {
 			br.Record(context.Canceled)
@@ -115,6 +124,9 @@ func (e *engine) attempt(t *task) {
 	if err != nil && e.workCtx.Err() != nil {
 		// The client is stopping and interrupted the handler: the
 		// attempt did not fail on its own, so it is not counted.
+		if span != nil {
+			endReleasedSpan(span, "interrupted: the client is stopping")
+		}
 		t.permit.Done()
 		if br != nil {
 			br.Record(context.Canceled)
@@ -150,6 +162,9 @@ func (e *engine) attempt(t *task) {
 	}
 	e.settle(t, err, o, end)
 	e.decide(t, st.Policy, out, err, o, start, end)
+	if span != nil {
+		endAttemptSpan(span, &t.comp.Record, end)
+	}
 }
 
 // call runs h, turning a panic into a final error: a panic is a bug that

@@ -17,7 +17,7 @@ const itemCols = `id, run_id, pipeline, coalesce(key, ''), stage, stage_index, s
 	attempt, rate_limit_waits, payload, input, enqueued_at, next_at, lease_owner,
 	lease_expires_at, updated_at, reason_stage, reason_class, reason_error,
 	reason_attempts, reason_at, lease_token,
-	failed_attempts, order_at, attempt_started_at, lease_losses`
+	failed_attempts, order_at, attempt_started_at, lease_losses, traceparent, tracestate`
 
 // scanItem reads the columns of itemCols.
 func scanItem(row pgx.Row) (redrive.Item, int64, error) {
@@ -32,14 +32,16 @@ func scanItem(row pgx.Row) (redrive.Item, int64, error) {
 		token                      int64
 		started                    *time.Time
 		losses                     int32
+		tp, ts                     *string
 	)
 	err := row.Scan(&it.ID, &it.RunID, &it.Pipeline, &it.Key, &it.Stage, &stageIndex, &state, &prio,
 		&att, &rlw, &it.Payload, &it.Input, &it.EnqueuedAt, &it.NextAt, &it.LeaseOwner,
 		&leaseExp, &it.UpdatedAt, &rStage, &rClass, &rErr, &rAttempts, &rAt, &token,
-		&failed, &it.OrderAt, &started, &losses)
+		&failed, &it.OrderAt, &started, &losses, &tp, &ts)
 	if err != nil {
 		return it, 0, err
 	}
+	it.TraceParent, it.TraceState = deref(tp), deref(ts)
 	it.State = redrive.State(state)
 	it.LeaseLosses = int(losses)
 	if started != nil && it.State == redrive.StateRunning {

@@ -85,6 +85,7 @@ func (s *Store) enqueueRows(ctx context.Context, q querier, req redrive.EnqueueR
 	orders := make([]time.Time, n)
 	fps := make([]string, n)
 	callbacks := make([]*string, n)
+	tps, tss := make([]*string, n), make([]*string, n)
 	for i := range req.Items {
 		it := &req.Items[i]
 		if it.Key != "" {
@@ -99,6 +100,12 @@ func (s *Store) enqueueRows(ctx context.Context, q querier, req redrive.EnqueueR
 		if it.Callback != "" {
 			callbacks[i] = &it.Callback
 		}
+		if it.TraceParent != "" {
+			tps[i] = &it.TraceParent
+		}
+		if it.TraceState != "" {
+			tss[i] = &it.TraceState
+		}
 		orders[i] = it.OrderAt
 		if orders[i].IsZero() {
 			orders[i] = req.Now
@@ -107,13 +114,15 @@ func (s *Store) enqueueRows(ctx context.Context, q querier, req redrive.EnqueueR
 	// IDs are drawn before the insert so that each input row knows its
 	// ID; rows that hit an existing key waste theirs.
 	rows, err := q.Query(ctx, `WITH input AS MATERIALIZED (
-		SELECT nextval($9::regclass) AS id, u.k, u.p, u.pr, u.inv, u.oa, u.fp, u.cb, u.ord
-		FROM unnest($1::text[], $2::bytea[], $3::int[], $4::text[], $11::timestamptz[], $12::text[], $14::text[])
-			WITH ORDINALITY AS u(k, p, pr, inv, oa, fp, cb, ord)),
+		SELECT nextval($9::regclass) AS id, u.k, u.p, u.pr, u.inv, u.oa, u.fp, u.cb, u.tp, u.ts, u.ord
+		FROM unnest($1::text[], $2::bytea[], $3::int[], $4::text[], $11::timestamptz[], $12::text[], $14::text[],
+			$15::text[], $16::text[])
+			WITH ORDINALITY AS u(k, p, pr, inv, oa, fp, cb, tp, ts, ord)),
 	ins AS (
 		INSERT INTO `+s.q+`.items (id, run_id, pipeline, key, stage, stage_index, state, priority, payload, input,
 			enqueued_at, next_at, updated_at, order_at, ready,
-			reason_stage, reason_class, reason_error, reason_attempts, reason_at, reason_fingerprint, callback)
+			reason_stage, reason_class, reason_error, reason_attempts, reason_at, reason_fingerprint, callback,
+			traceparent, tracestate)
 		SELECT id, $5, $6, k, $7, 0, CASE WHEN inv <> '' THEN 'dead' ELSE 'pending' END, pr, p, p,
 			$8, $8, $8, oa, true,
 			CASE WHEN inv <> '' THEN $7 END,
@@ -122,7 +131,7 @@ func (s *Store) enqueueRows(ctx context.Context, q querier, req redrive.EnqueueR
 			CASE WHEN inv <> '' THEN 0 END,
 			CASE WHEN inv <> '' THEN $8::timestamptz END,
 			CASE WHEN inv <> '' THEN fp END,
-			cb
+			cb, tp, ts
 		FROM input ORDER BY ord
 		ON CONFLICT (pipeline, key) WHERE key IS NOT NULL DO NOTHING
 		RETURNING id, state),
@@ -131,7 +140,7 @@ func (s *Store) enqueueRows(ctx context.Context, q querier, req redrive.EnqueueR
 	WHERE (SELECT count(*) FROM notified) >= 0
 	ORDER BY input.ord`,
 		keys, payloads, prios, invalid, req.RunID, req.Pipeline, req.Stage, req.Now,
-		s.q+".items_id_seq", redrive.ClassInvalidInput, orders, fps, s.channel, callbacks)
+		s.q+".items_id_seq", redrive.ClassInvalidInput, orders, fps, s.channel, callbacks, tps, tss)
 	if err != nil {
 		return nil, err
 	}
@@ -219,9 +228,15 @@ func (s *Store) enqueueCopy(ctx context.Context, tx pgx.Tx, req redrive.EnqueueR
 			order = req.Now
 		}
 		row := []any{ids[i], req.RunID, req.Pipeline, req.Stage, "pending", int32(it.Priority), it.Payload, it.Payload,
-			req.Now, req.Now, req.Now, order, true, nil, nil, nil, nil, nil, nil, nil}
+			req.Now, req.Now, req.Now, order, true, nil, nil, nil, nil, nil, nil, nil, nil, nil}
 		if it.Callback != "" {
 			row[19] = it.Callback
+		}
+		if it.TraceParent != "" {
+			row[20] = it.TraceParent
+		}
+		if it.TraceState != "" {
+			row[21] = it.TraceState
 		}
 		if it.Invalid != "" {
 			row[4] = "dead"
@@ -235,7 +250,8 @@ func (s *Store) enqueueCopy(ctx context.Context, tx pgx.Tx, req redrive.EnqueueR
 	})
 	if _, err := tx.CopyFrom(ctx, pgx.Identifier{s.schema, "items"}, []string{"id", "run_id", "pipeline", "stage", "state",
 		"priority", "payload", "input", "enqueued_at", "next_at", "updated_at", "order_at", "ready",
-		"reason_stage", "reason_class", "reason_error", "reason_attempts", "reason_at", "reason_fingerprint", "callback"}, src); err != nil {
+		"reason_stage", "reason_class", "reason_error", "reason_attempts", "reason_at", "reason_fingerprint", "callback",
+		"traceparent", "tracestate"}, src); err != nil {
 		return nil, err
 	}
 	if pending {

@@ -16,6 +16,8 @@ import (
 	"sync"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/storeurl"
 )
@@ -71,6 +73,10 @@ type Options struct {
 	// the run is awaited: the metrics package's TrackFlows takes its
 	// FlowStates from there. Default nil: nothing is called.
 	Started func(*redrive.Client)
+	// TracerProvider makes a span of every attempt (redrive.Config.TracerProvider),
+	// and http stages send it as their requests' traceparent. Default nil:
+	// no tracing.
+	TracerProvider trace.TracerProvider
 }
 
 // DefaultDB is the database used when Options.DB is empty: the file
@@ -217,6 +223,7 @@ func Execute(ctx context.Context, s *Spec, opts Options) (*Summary, error) {
 		RunCheckInterval: 200 * time.Millisecond,
 		Observers:        append([]func(redrive.Event){prog.observe}, opts.Observers...),
 		Logger:           opts.Logger,
+		TracerProvider:   opts.TracerProvider,
 	})
 	if err := client.Register(pipeline); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrUsage, err)

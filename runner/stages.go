@@ -405,6 +405,7 @@ func httpHandler(st *StageSpec, workers int) (redrive.Handler, error) {
 		for k, v := range h.Headers {
 			req.Header.Set(k, expandEnv(v))
 		}
+		setTraceHeaders(ctx, req.Header, item)
 		if body != nil && req.Header.Get("Content-Type") == "" {
 			req.Header.Set("Content-Type", "application/json")
 		}

@@ -120,4 +120,5 @@ func ExampleStore_MigrationStatus() {
 	// 0020 action_marks_by_action applied: true
 	// 0021 outbox_output applied: true
 	// 0023 pace_waits applied: true
+	// 0024 trace_context applied: true
 }

@@ -15,7 +15,7 @@ import (
 const itemCols = `id, run_id, pipeline, key, stage, stage_index, state, priority, attempt, rate_limit_waits,
 	payload, input, enqueued_at, next_at, lease_token, lease_owner, lease_expires_at, updated_at,
 	reason_stage, reason_class, reason_error, reason_attempts, reason_at,
-	failed_attempts, order_at, attempt_started_at, lease_losses`
+	failed_attempts, order_at, attempt_started_at, lease_losses, traceparent, tracestate`
 
 // scanItem scans itemCols and returns the item and its lease token.
 func scanItem(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
@@ -29,14 +29,16 @@ func scanItem(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
 		rStage, rClass, rError sql.NullString
 		rAttempts              sql.NullInt64
 		started                sql.NullInt64
+		tp, ts                 sql.NullString
 	)
 	err := sc.Scan(&it.ID, &it.RunID, &it.Pipeline, &key, &it.Stage, &it.StageIndex, &state, &it.Priority,
 		&it.Attempt, &it.RateLimitWaits, &it.Payload, &it.Input, &enq, &next, &token, &owner, &leaseExp, &upd,
 		&rStage, &rClass, &rError, &rAttempts, &rAt,
-		&it.FailedAttempts, &order, &started, &it.LeaseLosses)
+		&it.FailedAttempts, &order, &started, &it.LeaseLosses, &tp, &ts)
 	if err != nil {
 		return it, 0, err
 	}
+	it.TraceParent, it.TraceState = tp.String, ts.String
 	if it.State = redrive.State(state); it.State == redrive.StateRunning {
 		it.AttemptStartedAt = nt(started)
 	}
@@ -86,8 +88,9 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 	now := tnz(req.Now)
 	insStmt, err := s.stmts.get(ctx, `INSERT INTO items (run_id, pipeline, key, stage, stage_index, state,
 		priority, payload, input, enqueued_at, next_at, updated_at, order_at, ready,
-		reason_stage, reason_class, reason_error, reason_attempts, reason_at, reason_fingerprint, callback)
-		VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?)
+		reason_stage, reason_class, reason_error, reason_attempts, reason_at, reason_fingerprint, callback,
+		traceparent, tracestate)
+		VALUES (?, ?, ?, ?, 0, ?, ?, ?, ?, ?, ?, ?, ?, 1, ?, ?, ?, ?, ?, ?, ?, ?, ?)
 		ON CONFLICT DO NOTHING`)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: enqueue: %w", err)
@@ -124,7 +127,8 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 			}
 			res, err := ins.ExecContext(ctx, req.RunID, req.Pipeline, nullStr(it.Key), req.Stage, string(state),
 				it.Priority, blob(it.Payload), blob(it.Payload), now, now, now, orderAt,
-				rStage, rClass, rError, rAttempts, rAt, rFP, nullStr(it.Callback))
+				rStage, rClass, rError, rAttempts, rAt, rFP, nullStr(it.Callback),
+				nullStr(it.TraceParent), nullStr(it.TraceState))
 			if err != nil {
 				return err
 			}

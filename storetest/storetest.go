@@ -108,6 +108,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"OutboxWrites", testOutboxWrites}, {"OutboxDelivery", testOutboxDelivery}, {"OutboxCallbacks", testOutboxCallbacks},
 		{"OutboxOutput", testOutboxOutput},
 		{"RequestKeys", testRequestKeys},
+		{"TraceContext", testTraceContext},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

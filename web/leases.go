@@ -103,6 +103,11 @@ type leasedItem struct {
 	ExpiresAt     time.Time       `json:"expires_at"`
 	// Timeout is the stage's timeout in seconds; absent for none.
 	Timeout float64 `json:"timeout,omitempty"`
+	// Traceparent and Tracestate are the W3C Trace Context the worker's
+	// spans take as parent (redrive.ExternalLease.TraceParent); absent
+	// when the item has none.
+	Traceparent string `json:"traceparent,omitempty"`
+	Tracestate  string `json:"tracestate,omitempty"`
 }
 
 // leaseResponse is the response of POST /api/v1/leases.
@@ -165,7 +170,8 @@ func (s *server) leaseItems(w http.ResponseWriter, r *http.Request) {
 	for i, l := range ls {
 		it := l.Item
 		li := leasedItem{ID: it.ID, Token: l.Token, Key: it.Key, Run: it.RunID, Pipeline: it.Pipeline, Stage: it.Stage,
-			Attempt: l.Attempt, ExpiresAt: l.ExpiresAt.UTC(), Timeout: l.Timeout.Seconds()}
+			Attempt: l.Attempt, ExpiresAt: l.ExpiresAt.UTC(), Timeout: l.Timeout.Seconds(),
+			Traceparent: l.TraceParent, Tracestate: l.TraceState}
 		if len(it.Payload) == 0 {
 			li.Input, li.InputEncoding = json.RawMessage("null"), redrive.EncodingJSON
 		} else {

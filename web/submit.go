@@ -303,6 +303,7 @@ func (s *server) submit(w http.ResponseWriter, r *http.Request, run redrive.Run,
 	// the SQLite driver also skips watching each statement for
 	// cancellation, which costs more than the insert on large batches.
 	ctx := context.WithoutCancel(r.Context())
+	withTraceHeaders(r, items)
 	run, res, err := redrive.Submit(ctx, s.store, run, ref.FirstStage, items, s.opts.Now())
 	if err != nil {
 		if errors.Is(err, redrive.ErrRunAborted) {
@@ -640,6 +641,22 @@ func (s *server) cancelItem(w http.ResponseWriter, r *http.Request) {
 		msg += ": an attempt is under way; cancel its run, or retry once the attempt ends"
 	}
 	writeError(w, http.StatusConflict, "", msg)
+}
+
+// withTraceHeaders gives items the W3C Trace Context of the request's
+// traceparent and tracestate headers, so that their attempts' spans are
+// children of the caller's span (docs/tracing.md). A malformed traceparent
+// is ignored, as W3C Trace Context asks. The headers are not part of the
+// request an Idempotency-Key binds: a retry with another traceparent is
+// the same submit.
+func withTraceHeaders(r *http.Request, items []redrive.NewItem) {
+	tp, ts := redrive.ParseTraceHeaders(r.Header.Get("Traceparent"), r.Header.Get("Tracestate"))
+	if tp == "" {
+		return
+	}
+	for i := range items {
+		items[i].TraceParent, items[i].TraceState = tp, ts
+	}
 }
 
 // newItem builds the engine's item from a validated submitted one.

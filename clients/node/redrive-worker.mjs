@@ -186,6 +186,8 @@ export class Worker {
       id: d.id, token: d.token, key: d.key ?? "", run: d.run, pipeline: d.pipeline, stage: d.stage, attempt: d.attempt,
       input: d.input_encoding === "base64" ? Buffer.from(d.input, "base64") : d.input,
       timeout: d.timeout || null, started: Date.now(), done: false, lost: false, abort: new AbortController(),
+      // The attempt's W3C Trace Context ("" when none): your spans' parent (docs/tracing.md).
+      traceparent: d.traceparent ?? "", tracestate: d.tracestate ?? "",
     };
     job.deadline = job.timeout ? job.started + job.timeout * 1000 : null;
     job.signal = job.abort.signal;

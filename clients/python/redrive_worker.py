@@ -79,10 +79,14 @@ class Job:
     """One leased item. input is the stage's input (parsed JSON, or bytes
     when it is not JSON); a handler returns the output: a JSON value, or
     bytes (sent as base64); attempt counts from 1; deadline is the
-    time.monotonic() by which the stage's timeout ends (None: no timeout)."""
+    time.monotonic() by which the stage's timeout ends (None: no timeout).
+    traceparent and tracestate are the W3C Trace Context of the attempt
+    ("" when the item has none): send them as headers, or give them to an
+    OpenTelemetry propagator, to make your spans children of the attempt's
+    (docs/tracing.md); trace_headers() returns them as a dict of headers."""
 
     __slots__ = ("id", "token", "key", "run", "pipeline", "stage", "attempt", "input", "timeout",
-                 "deadline", "started", "done", "lost")
+                 "deadline", "started", "done", "lost", "traceparent", "tracestate")
 
     def __init__(self, d):
         self.id = d["id"]
@@ -97,6 +101,8 @@ class Job:
         else:
             self.input = d.get("input")
         self.timeout = d.get("timeout") or None
+        self.traceparent = d.get("traceparent", "")
+        self.tracestate = d.get("tracestate", "")
         self.started = time.monotonic()
         self.deadline = self.started + self.timeout if self.timeout else None
         self.done = False   # its result was handed to the reporter (or given up)
@@ -104,6 +110,16 @@ class Job:
 
     def ref(self):
         return {"id": self.id, "token": self.token}
+
+    def trace_headers(self):
+        """The attempt's traceparent and tracestate as HTTP headers (empty
+        when the item has no trace context)."""
+        h = {}
+        if self.traceparent:
+            h["traceparent"] = self.traceparent
+            if self.tracestate:
+                h["tracestate"] = self.tracestate
+        return h
 
     def __repr__(self):
         return f"Job(id={self.id}, stage={self.stage!r}, attempt={self.attempt})"

@@ -57,9 +57,10 @@ module RedriveWorker
     end
   end
 
-  # One leased item.
+  # One leased item. traceparent and tracestate are the attempt's W3C Trace
+  # Context ("" when none): your spans' parent (docs/tracing.md).
   Job = Struct.new(:id, :token, :key, :run, :pipeline, :stage, :attempt, :input, :timeout, :started,
-                   :done, :lost, keyword_init: true) do
+                   :done, :lost, :traceparent, :tracestate, keyword_init: true) do
     def ref
       { "id" => id, "token" => token }
     end
@@ -277,7 +278,8 @@ module RedriveWorker
       input = d["input_encoding"] == "base64" ? d["input"].unpack1("m") : d["input"]
       Job.new(id: d["id"], token: d["token"], key: d["key"].to_s, run: d["run"], pipeline: d["pipeline"],
               stage: d["stage"], attempt: d["attempt"], input: input, timeout: d["timeout"],
-              started: Process.clock_gettime(Process::CLOCK_MONOTONIC), done: false, lost: false)
+              started: Process.clock_gettime(Process::CLOCK_MONOTONIC), done: false, lost: false,
+              traceparent: d["traceparent"].to_s, tracestate: d["tracestate"].to_s)
     end
 
     def failure(job, cls, msg)

@@ -55,6 +55,7 @@ func newRunCmd() *cobra.Command {
 		budget    float64
 		minItems  int
 		metricsAt string
+		otlpAt    string
 	)
 	cmd := &cobra.Command{
 		Use:   "run PIPELINE.yaml --input ITEMS.jsonl",
@@ -109,6 +110,12 @@ func newRunCmd() *cobra.Command {
 			if cmd.Flags().Changed("log-format") {
 				o.Logger = newLogger(cmd, cmd.ErrOrStderr())
 			}
+			tp, stopTracing, err := newTracerProvider(cmd.Context(), otlpAt, newLogger(cmd, cmd.ErrOrStderr()))
+			if err != nil {
+				return err
+			}
+			defer stopTracing()
+			o.TracerProvider = tp
 			if metricsAt != "" {
 				m, h, err := engineMetrics(store)
 				if err != nil {
@@ -175,6 +182,7 @@ func newRunCmd() *cobra.Command {
 	f.Float64Var(&budget, "failure-budget", 0, "dead rate above which the run aborts, overrides run.failure_budget (default: none)")
 	f.IntVar(&minItems, "min-items", 0, "finished items before the failure budget is judged, overrides run.min_items (default 50)")
 	f.DurationVar(&o.LeaseDuration, "lease", 30*time.Second, "how long a killed runner's items stay claimed before a rerun takes them over")
+	f.StringVar(&otlpAt, "otlp-endpoint", "", otlpFlagUsage)
 	f.StringVar(&metricsAt, "metrics-addr", "", "serve the engine's Prometheus metrics at http://ADDR/metrics while the run lasts (e.g. 127.0.0.1:9090; default: none)")
 	f.DurationVar(&o.StopGrace, "stop-grace", 30*time.Second, "how long Ctrl-C lets running attempts finish")
 	// run has exit codes of its own: its help lists them, not the root's.

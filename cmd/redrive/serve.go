@@ -46,6 +46,7 @@ func newServeCmd() *cobra.Command {
 		callbackPrivate bool
 		publicURL       string
 		actorHeader     string
+		otlpEndpoint    string
 		alerts          alertFlags
 	)
 	cmd := &cobra.Command{
@@ -111,6 +112,7 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 	cmd.Flags().StringArrayVar(&alerts.stuckAfter, "stuck-after", nil, "how long a pending item may stay due unclaimed before it counts as stuck: DURATION for every pipeline (default 15m), or PIPELINE=DURATION (repeatable; wins over the file's alerts:)")
 	cmd.Flags().StringArrayVar(&alerts.warning, "dead-letters-warning", nil, "dead letters an hour of one stage above which the warning alert fires: N for every pipeline (default 10), or PIPELINE=N (repeatable)")
 	cmd.Flags().StringArrayVar(&alerts.critical, "dead-letters-critical", nil, "dead letters an hour of one stage above which the critical alert fires: N for every pipeline (default 1000), or PIPELINE=N (repeatable)")
+	cmd.Flags().StringVar(&otlpEndpoint, "otlp-endpoint", "", otlpFlagUsage)
 	cmd.RunE = func(cmd *cobra.Command, _ []string) error {
 		if lease < time.Second {
 			return flagErrorf("lease", "%s is too short: give 1s or more", lease)
@@ -157,6 +159,13 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 		}
 		ctx := cmd.Context()
 		logger := newLogger(cmd, cmd.ErrOrStderr())
+		tracerProvider, stopTracing, err := newTracerProvider(ctx, otlpEndpoint, logger)
+		if err != nil {
+			return err
+		}
+		// Deferred first, so run last: after the workers stopped, the last
+		// attempts' spans are flushed.
+		defer stopTracing()
 
 		// Load the pipelines before touching the database, so that a bad
 		// file is a usage error that changes nothing.
@@ -189,7 +198,8 @@ them with a redrive.Client (see docs/cli.md for serving from such a program).`,
 			refs = append(refs, web.Refs(set.pipelines...)...)
 		}
 		g := &workerGroup{store: s, workers: workers, lease: lease, logger: logger, observers: []func(redrive.Event){m.Observe},
-			callbackSecret: callbackSecret, callbackAllowPrivate: callbackPrivate, publicURL: publicURL, alerts: &fileAlerts}
+			callbackSecret: callbackSecret, callbackAllowPrivate: callbackPrivate, publicURL: publicURL, alerts: &fileAlerts,
+			tracerProvider: tracerProvider}
 		m.TrackFlows(g.flowStates)
 		h := web.NewHandler(s, web.Options{
 			Token:          token,

@@ -14,6 +14,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"go.opentelemetry.io/otel/trace"
+
 	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/runner"
 )
@@ -147,6 +149,9 @@ type workerGroup struct {
 	// publicURL is --public-url: the base of the item URLs in
 	// notifications.
 	publicURL string
+	// tracerProvider makes the attempts' spans (--otlp-endpoint); nil:
+	// tracing off.
+	tracerProvider trace.TracerProvider
 	// hooked holds the pipelines with a webhook in the running set.
 	hooked atomic.Pointer[map[string]bool]
 	// alerts, when set, receives the alert thresholds of the running set
@@ -174,7 +179,7 @@ func (g *workerGroup) start(set *pipelineSet) error {
 		workers = set.workers
 	}
 	c := redrive.NewClient(g.store, redrive.Config{Workers: workers, Logger: g.logger, Observers: g.observers,
-		LeaseDuration: g.lease})
+		LeaseDuration: g.lease, TracerProvider: g.tracerProvider})
 	for _, p := range set.pipelines {
 		if err := c.Register(p); err != nil {
 			return fmt.Errorf("pipeline %q: %w", p.Name, err)

@@ -3,7 +3,8 @@
 the input: {"final": true} fails finally, {"rate": S} is rate limited with
 a Retry-After of S seconds the first time, {"flaky": K} fails retryably in
 its first K attempts, {"sleep": S} takes S seconds; the output is the input
-with "by": "python" and the attempt. Prints the worker's counts."""
+with "by": "python" and the attempt, and, for {"trace": true}, the job's
+traceparent. Prints the worker's counts."""
 import os
 import sys
 import threading
@@ -30,6 +31,8 @@ def handle(job):
             raise RateLimited("429 from the test dependency", retry_after=x["rate"])
     if job.attempt <= x.get("flaky", 0):
         raise ConnectionError("connection reset by the test dependency")
+    if x.get("trace"):
+        return dict(x, by="python", attempt=job.attempt, traceparent=job.traceparent)
     return dict(x, by="python", attempt=job.attempt)
 
 
