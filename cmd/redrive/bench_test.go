@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redrive/redrive/internal/bench"
 	"github.com/redrive/redrive/internal/pgtest"
 )
 
@@ -18,7 +19,7 @@ func TestBenchStart(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("bench --shape start: %v", r)
 		}
-		var res startResult
+		var res bench.StartResult
 		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 			t.Fatalf("%v: %s", err, r.stdout)
 		}
@@ -51,7 +52,7 @@ func TestBenchRoundsSize(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench --rounds: %v", r)
 	}
-	var rs roundsResult
+	var rs bench.RoundsResult
 	if err := json.Unmarshal([]byte(r.stdout), &rs); err != nil {
 		t.Fatalf("%v: %s", err, r.stdout)
 	}
