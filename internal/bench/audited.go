@@ -38,20 +38,20 @@ const AuditedLoops = 4
 //     the claim's, and insert one attempt row each (a table with a primary
 //     key and an index on (job_id, id), as redrive's attempts).
 //
-// It returns jobs worked per second. On PostgreSQL the tables live in
+// It returns jobs worked per second and where their time went. On PostgreSQL the tables live in
 // schema and are dropped after; on SQLite they live in a file of their own
 // beside the store's, removed after, opened with the store's settings.
-func Audited(ctx context.Context, store redrive.Store, schema string, n, batch, loops int, payload []byte) (float64, error) {
+func Audited(ctx context.Context, store redrive.Store, schema string, n, batch, loops int, payload []byte) (float64, Cost, error) {
 	switch s := store.(type) {
 	case *postgres.Store:
 		return auditedPostgres(ctx, s, schema, n, batch, loops, payload)
 	case *sqlite.Store:
-		return auditedSQLite(ctx, s.Path(), n, batch, loops, payload)
+		return auditedSQLite(ctx, s, n, batch, loops, payload)
 	}
-	return 0, errors.New("bench: the audited bare loop needs PostgreSQL or SQLite")
+	return 0, Cost{}, errors.New("bench: the audited bare loop needs PostgreSQL or SQLite")
 }
 
-func auditedPostgres(ctx context.Context, s *postgres.Store, schema string, n, batch, loops int, payload []byte) (float64, error) {
+func auditedPostgres(ctx context.Context, s *postgres.Store, schema string, n, batch, loops int, payload []byte) (float64, Cost, error) {
 	pool := s.Pool()
 	q := pgx.Identifier{schema}.Sanitize()
 	jobs, attempts := q+".bare_jobs", q+".bare_attempts"
@@ -65,7 +65,7 @@ func auditedPostgres(ctx context.Context, s *postgres.Store, schema string, n, b
 		CREATE TABLE `+attempts+` (id bigserial PRIMARY KEY, job_id bigint NOT NULL, number int NOT NULL,
 			outcome text NOT NULL, started_at timestamptz NOT NULL, finished_at timestamptz NOT NULL);
 		CREATE INDEX ON `+attempts+` (job_id, id)`); err != nil {
-		return 0, fmt.Errorf("bench: audited bare loop: %w", err)
+		return 0, Cost{}, fmt.Errorf("bench: audited bare loop: %w", err)
 	}
 	now := time.Now()
 	rows := make([][]any, n)
@@ -74,10 +74,10 @@ func auditedPostgres(ctx context.Context, s *postgres.Store, schema string, n, b
 	}
 	if _, err := pool.CopyFrom(ctx, pgx.Identifier{schema, "bare_jobs"},
 		[]string{"id", "state", "due_at", "payload", "updated_at"}, pgx.CopyFromRows(rows)); err != nil {
-		return 0, fmt.Errorf("bench: audited bare loop: fill: %w", err)
+		return 0, Cost{}, fmt.Errorf("bench: audited bare loop: fill: %w", err)
 	}
 	if _, err := pool.Exec(ctx, `ANALYZE `+jobs); err != nil {
-		return 0, fmt.Errorf("bench: audited bare loop: %w", err)
+		return 0, Cost{}, fmt.Errorf("bench: audited bare loop: %w", err)
 	}
 	// The plans are redrive's (postgres/work.go): the claim walks the due
 	// index and stops after its LIMIT, the ids it locked probing the
@@ -102,7 +102,8 @@ func auditedPostgres(ctx context.Context, s *postgres.Store, schema string, n, b
 			RETURNING j.id)
 		INSERT INTO ` + attempts + ` (job_id, number, outcome, started_at, finished_at)
 		SELECT id, 1, 'succeeded', now(), now() FROM done`
-	return auditedRun(ctx, n, loops, func(ctx context.Context) (int, error) {
+	return auditedRun(ctx, s, schema, n, loops, func(ctx context.Context, t *callTimer) (int, error) {
+		start := time.Now()
 		rows, err := pool.Query(ctx, claim, batch)
 		if err != nil {
 			return 0, err
@@ -115,9 +116,11 @@ func auditedPostgres(ctx context.Context, s *postgres.Store, schema string, n, b
 		}); err != nil {
 			return 0, err
 		}
+		t.claim.Add(int64(time.Since(start)))
 		if len(ids) == 0 {
 			return 0, nil
 		}
+		defer func(start time.Time) { t.complete.Add(int64(time.Since(start))) }(time.Now())
 		// One implicit transaction: the settings end with it.
 		b := &pgx.Batch{}
 		b.Queue(plan)
@@ -141,8 +144,8 @@ func auditedPostgres(ctx context.Context, s *postgres.Store, schema string, n, b
 	})
 }
 
-func auditedSQLite(ctx context.Context, storePath string, n, batch, loops int, payload []byte) (float64, error) {
-	path := storePath + "-audited"
+func auditedSQLite(ctx context.Context, s *sqlite.Store, n, batch, loops int, payload []byte) (float64, Cost, error) {
+	path := s.Path() + "-audited"
 	defer func() {
 		for _, suffix := range []string{"", "-wal", "-shm"} {
 			_ = os.Remove(path + suffix)
@@ -157,7 +160,7 @@ func auditedSQLite(ctx context.Context, storePath string, n, batch, loops int, p
 	v.Set("_txlock", "immediate")
 	db, err := sql.Open("sqlite", path+"?"+v.Encode())
 	if err != nil {
-		return 0, fmt.Errorf("bench: audited bare loop: %w", err)
+		return 0, Cost{}, fmt.Errorf("bench: audited bare loop: %w", err)
 	}
 	defer db.Close()
 	db.SetMaxOpenConns(1) // one writer, as the store has
@@ -169,7 +172,7 @@ func auditedSQLite(ctx context.Context, storePath string, n, batch, loops int, p
 		CREATE TABLE bare_attempts (id INTEGER PRIMARY KEY, job_id INTEGER NOT NULL, number INTEGER NOT NULL,
 			outcome TEXT NOT NULL, started_at INTEGER NOT NULL, finished_at INTEGER NOT NULL);
 		CREATE INDEX bare_attempts_job ON bare_attempts (job_id, id)`); err != nil {
-		return 0, fmt.Errorf("bench: audited bare loop: %w", err)
+		return 0, Cost{}, fmt.Errorf("bench: audited bare loop: %w", err)
 	}
 	now := time.Now().UnixNano()
 	if err := sqliteTx(ctx, db, func(tx *sql.Tx) error {
@@ -185,14 +188,14 @@ func auditedSQLite(ctx context.Context, storePath string, n, batch, loops int, p
 		}
 		return nil
 	}); err != nil {
-		return 0, fmt.Errorf("bench: audited bare loop: fill: %w", err)
+		return 0, Cost{}, fmt.Errorf("bench: audited bare loop: fill: %w", err)
 	}
 	claim, err := db.PrepareContext(ctx, `UPDATE bare_jobs SET state = 'running', lease_token = lease_token + 1,
 		lease_owner = 'bare', lease_expires_at = ?1 + 60000000000, updated_at = ?1
 		WHERE id IN (SELECT id FROM bare_jobs WHERE state = 'pending' AND due_at <= ?1 ORDER BY due_at, id LIMIT ?2)
 		RETURNING id, lease_token`)
 	if err != nil {
-		return 0, fmt.Errorf("bench: audited bare loop: %w", err)
+		return 0, Cost{}, fmt.Errorf("bench: audited bare loop: %w", err)
 	}
 	defer claim.Close()
 	// The completion statements of a batch of k jobs, by k.
@@ -230,9 +233,10 @@ func auditedSQLite(ctx context.Context, storePath string, n, batch, loops int, p
 	// completers do; the statements are prepared by the loop that meets a
 	// batch size first, under mu.
 	var mu sync.Mutex
-	return auditedRun(ctx, n, loops, func(ctx context.Context) (int, error) {
+	return auditedRun(ctx, s, "", n, loops, func(ctx context.Context, t *callTimer) (int, error) {
 		var ids, tokens []int64
-		now := time.Now().UnixNano()
+		start := time.Now()
+		now := start.UnixNano()
 		if err := sqliteTx(ctx, db, func(tx *sql.Tx) error {
 			rows, err := tx.StmtContext(ctx, claim).QueryContext(ctx, now, batch)
 			if err != nil {
@@ -250,9 +254,11 @@ func auditedSQLite(ctx context.Context, storePath string, n, batch, loops int, p
 		}); err != nil {
 			return 0, err
 		}
+		t.claim.Add(int64(time.Since(start)))
 		if len(ids) == 0 {
 			return 0, nil
 		}
+		defer func(start time.Time) { t.complete.Add(int64(time.Since(start))) }(time.Now())
 		mu.Lock()
 		p, err := prepare(len(ids))
 		mu.Unlock()
@@ -309,15 +315,19 @@ func sqliteTx(ctx context.Context, db *sql.DB, fn func(*sql.Tx) error) error {
 }
 
 // auditedRun runs loops goroutines that each call step until n jobs are
-// done, and returns jobs per second. A step returns how many jobs it did.
-func auditedRun(ctx context.Context, n, loops int, step func(context.Context) (int, error)) (float64, error) {
+// done, and returns jobs per second and their cost on store. A step
+// returns how many jobs it did, and adds the time of its claim and its
+// completion to the timer.
+func auditedRun(ctx context.Context, store redrive.Store, schema string, n, loops int, step func(context.Context, *callTimer) (int, error)) (float64, Cost, error) {
+	var timer callTimer
 	var done atomic.Int64
 	errs := make(chan error, loops)
+	meter := startCPU(ctx, store, schema)
 	start := time.Now()
 	for range loops {
 		go func() {
 			for done.Load() < int64(n) {
-				k, err := step(ctx)
+				k, err := step(ctx, &timer)
 				if err != nil {
 					errs <- err
 					return
@@ -331,8 +341,11 @@ func auditedRun(ctx context.Context, n, loops int, step func(context.Context) (i
 	for range loops {
 		err = errors.Join(err, <-errs)
 	}
+	elapsed := time.Since(start)
 	if err != nil {
-		return 0, fmt.Errorf("bench: audited bare loop: %w", err)
+		return 0, Cost{}, fmt.Errorf("bench: audited bare loop: %w", err)
 	}
-	return float64(n) / time.Since(start).Seconds(), nil
+	self, server := meter.stop(ctx)
+	return float64(n) / elapsed.Seconds(), Cost{ProcessCPU: perItem(self, n), ServerCPU: perItem(server, n),
+		ClaimWall: perItem(time.Duration(timer.claim.Load()), n), CompleteWall: perItem(time.Duration(timer.complete.Load()), n)}, nil
 }

@@ -34,6 +34,12 @@ type Result struct {
 	ItemsPerSecond     float64 `json:"items_per_second"`
 	StageCompletionsPS float64 `json:"stage_completions_per_second"`
 	Succeeded          int     `json:"succeeded"`
+	// Engine is where the engine's time per item went (see Cost); measured
+	// with one round only.
+	Engine Cost `json:"engine_cost"`
+	// Audited is where the audited bare loop's time per item went, the
+	// mean of its two runs.
+	Audited Cost `json:"audited_cost,omitempty"`
 	// With one stage, the audited bare loop (see Audited) measured just
 	// before and just after the engine on the same store, with the
 	// engine's claim batch, and the engine's work rate over their mean.
@@ -92,10 +98,11 @@ func NoopWithLimits(ctx context.Context, store redrive.Store, o NoopOptions) (Re
 		res                       Result
 		err                       error
 		auditedBefore, auditedAft float64
+		costBefore, costAfter     Cost
 		bareBefore, bareAfter     postgres.BareResult
 	)
 	if limits {
-		if auditedBefore, err = Audited(ctx, store, o.Schema, o.Items, batch, AuditedLoops, payload); err != nil {
+		if auditedBefore, costBefore, err = Audited(ctx, store, o.Schema, o.Items, batch, AuditedLoops, payload); err != nil {
 			return res, err
 		}
 		if isPG {
@@ -104,7 +111,7 @@ func NoopWithLimits(ctx context.Context, store redrive.Store, o NoopOptions) (Re
 			}
 		}
 	}
-	if res, err = Noop(ctx, store, o.Items, o.Stages, o.Workers, o.Batch, 0, o.CPUProfile); err != nil {
+	if res, err = Noop(ctx, store, o.Schema, o.Items, o.Stages, o.Workers, o.Batch, 0, o.CPUProfile); err != nil {
 		return res, err
 	}
 	if !limits {
@@ -115,12 +122,15 @@ func NoopWithLimits(ctx context.Context, store redrive.Store, o NoopOptions) (Re
 			return res, err
 		}
 	}
-	if auditedAft, err = Audited(ctx, store, o.Schema, o.Items, batch, AuditedLoops, payload); err != nil {
+	if auditedAft, costAfter, err = Audited(ctx, store, o.Schema, o.Items, batch, AuditedLoops, payload); err != nil {
 		return res, err
 	}
 	res.AuditedLoops = AuditedLoops
 	res.AuditedBefore, res.AuditedAfter = auditedBefore, auditedAft
 	res.AuditedPerSecond = (auditedBefore + auditedAft) / 2
+	res.Audited = Cost{ProcessCPU: (costBefore.ProcessCPU + costAfter.ProcessCPU) / 2,
+		ServerCPU: (costBefore.ServerCPU + costAfter.ServerCPU) / 2, ClaimWall: (costBefore.ClaimWall + costAfter.ClaimWall) / 2,
+		CompleteWall: (costBefore.CompleteWall + costAfter.CompleteWall) / 2}
 	res.WorkOverAudited = res.ItemsPerSecond / res.AuditedPerSecond
 	if isPG {
 		res.CopyBefore, res.CopyAfter = bareBefore.CopyPerSecond, bareAfter.CopyPerSecond
@@ -150,6 +160,19 @@ func PrintNoop(w io.Writer, res Result) {
 		fmt.Fprintf(w, "audited bare loop  %.0f items/s, before and after the engine %.0f and %.0f  (work / audited = %.2f)\n",
 			res.AuditedPerSecond, res.AuditedBefore, res.AuditedAfter, res.WorkOverAudited)
 	}
+	c := func(name string, c Cost) {
+		fmt.Fprintf(w, "%-19sµs per item: CPU %.1f here", name, c.ProcessCPU)
+		if c.ServerCPU > 0 {
+			fmt.Fprintf(w, " + %.1f server", c.ServerCPU)
+		}
+		fmt.Fprintf(w, "; in claims %.1f, in completions %.1f (wall, summed over callers)\n", c.ClaimWall, c.CompleteWall)
+	}
+	if res.Engine.ProcessCPU > 0 {
+		c("engine cost", res.Engine)
+	}
+	if res.Audited.ProcessCPU > 0 {
+		c("audited cost", res.Audited)
+	}
 	if res.BarePerSecond > 0 {
 		fmt.Fprintf(w, "COPY               %.0f rows/s, before and after the engine %.0f and %.0f  (insert / COPY = %.2f)\n",
 			res.CopyPerSecond, res.CopyBefore, res.CopyAfter, res.InsertOverCopy)
@@ -165,11 +188,12 @@ func PrintNoop(w io.Writer, res Result) {
 	}
 }
 
-// Noop enqueues and works a no-op pipeline on store. A positive
+// Noop enqueues and works a no-op pipeline on store (of PostgreSQL
+// schema schema, whose backends' CPU time it measures). A positive
 // retention deletes succeeded items that long after they succeeded,
 // checking every second. A non-nil profile receives a CPU profile of the
 // work, from Start until the last stage completion.
-func Noop(ctx context.Context, store redrive.Store, items, stages, workers, batch int, retention time.Duration, profile io.Writer) (Result, error) {
+func Noop(ctx context.Context, store redrive.Store, schema string, items, stages, workers, batch int, retention time.Duration, profile io.Writer) (Result, error) {
 	res := Result{Items: items, Stages: stages, Workers: workers, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	total := int64(items * stages)
 	var done atomic.Int64
@@ -185,7 +209,15 @@ func Noop(ctx context.Context, store redrive.Store, items, stages, workers, batc
 	if retention > 0 {
 		cfg.Retention, cfg.RetentionInterval = retention, time.Second
 	}
-	client := redrive.NewClient(store, cfg)
+	// With one round, the calls are timed; retention needs the store's
+	// own optional interfaces (redrive.Outbox), which a wrapper hides.
+	var timer *callTimer
+	engineStore := store
+	if retention == 0 {
+		timer = &callTimer{Store: store}
+		engineStore = timer
+	}
+	client := redrive.NewClient(engineStore, cfg)
 	noop := func(_ context.Context, it *redrive.Item) ([]byte, error) { return it.Payload, nil }
 	p := redrive.Pipeline{Name: "bench"}
 	for i := range stages {
@@ -211,6 +243,7 @@ func Noop(ctx context.Context, store redrive.Store, items, stages, workers, batc
 			return res, err
 		}
 	}
+	meter := startCPU(ctx, store, schema)
 	t1 := time.Now()
 	if err := client.Start(ctx); err != nil {
 		if profile != nil {
@@ -229,6 +262,11 @@ func Noop(ctx context.Context, store redrive.Store, items, stages, workers, batc
 	if end.IsZero() {
 		_ = client.Stop(context.Background())
 		return res, ctx.Err()
+	}
+	if timer != nil {
+		self, server := meter.stop(ctx)
+		res.Engine = Cost{ProcessCPU: perItem(self, items), ServerCPU: perItem(server, items),
+			ClaimWall: perItem(time.Duration(timer.claim.Load()), items), CompleteWall: perItem(time.Duration(timer.complete.Load()), items)}
 	}
 	res.WorkSeconds = end.Sub(t1).Seconds()
 	res.ItemsPerSecond = float64(items) / res.WorkSeconds

@@ -28,7 +28,7 @@ type RoundsResult struct {
 func Rounds(ctx context.Context, store redrive.Store, schema string, progress io.Writer, rounds, items, stages, workers, batch int) (RoundsResult, error) {
 	var rs RoundsResult
 	for range rounds {
-		r, err := Noop(ctx, store, items, stages, workers, batch, time.Nanosecond, nil)
+		r, err := Noop(ctx, store, schema, items, stages, workers, batch, time.Nanosecond, nil)
 		if err != nil {
 			return rs, err
 		}
