@@ -119,6 +119,10 @@ type Cost struct {
 	ServerCPU    float64 `json:"server_cpu_us,omitempty"`
 	ClaimWall    float64 `json:"claim_wall_us"`
 	CompleteWall float64 `json:"complete_wall_us"`
+	// ClaimBatch and CompleteBatch are the mean items per claim call that
+	// leased any and per complete call.
+	ClaimBatch    float64 `json:"mean_claim_batch"`
+	CompleteBatch float64 `json:"mean_complete_batch"`
 }
 
 // callTimer is a store that sums the wall time of its Claim and Complete
@@ -126,12 +130,29 @@ type Cost struct {
 type callTimer struct {
 	redrive.Store
 	claim, complete atomic.Int64 // nanoseconds
+	// Calls that leased items, and complete calls.
+	claims, completes atomic.Int64
+}
+
+// cost is the timer's part of a Cost of n items.
+func (s *callTimer) cost(n int) Cost {
+	c := Cost{ClaimWall: perItem(time.Duration(s.claim.Load()), n), CompleteWall: perItem(time.Duration(s.complete.Load()), n)}
+	if k := s.claims.Load(); k > 0 {
+		c.ClaimBatch = float64(n) / float64(k)
+	}
+	if k := s.completes.Load(); k > 0 {
+		c.CompleteBatch = float64(n) / float64(k)
+	}
+	return c
 }
 
 func (s *callTimer) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Lease, error) {
 	start := time.Now()
 	ls, err := s.Store.Claim(ctx, req)
 	s.claim.Add(int64(time.Since(start)))
+	if len(ls) > 0 {
+		s.claims.Add(1)
+	}
 	return ls, err
 }
 
@@ -139,6 +160,7 @@ func (s *callTimer) Complete(ctx context.Context, cs []redrive.Completion) ([]bo
 	start := time.Now()
 	applied, err := s.Store.Complete(ctx, cs)
 	s.complete.Add(int64(time.Since(start)))
+	s.completes.Add(1)
 	return applied, err
 }
 

@@ -130,7 +130,8 @@ func NoopWithLimits(ctx context.Context, store redrive.Store, o NoopOptions) (Re
 	res.AuditedPerSecond = (auditedBefore + auditedAft) / 2
 	res.Audited = Cost{ProcessCPU: (costBefore.ProcessCPU + costAfter.ProcessCPU) / 2,
 		ServerCPU: (costBefore.ServerCPU + costAfter.ServerCPU) / 2, ClaimWall: (costBefore.ClaimWall + costAfter.ClaimWall) / 2,
-		CompleteWall: (costBefore.CompleteWall + costAfter.CompleteWall) / 2}
+		CompleteWall: (costBefore.CompleteWall + costAfter.CompleteWall) / 2,
+		ClaimBatch:   (costBefore.ClaimBatch + costAfter.ClaimBatch) / 2, CompleteBatch: (costBefore.CompleteBatch + costAfter.CompleteBatch) / 2}
 	res.WorkOverAudited = res.ItemsPerSecond / res.AuditedPerSecond
 	if isPG {
 		res.CopyBefore, res.CopyAfter = bareBefore.CopyPerSecond, bareAfter.CopyPerSecond
@@ -165,7 +166,8 @@ func PrintNoop(w io.Writer, res Result) {
 		if c.ServerCPU > 0 {
 			fmt.Fprintf(w, " + %.1f server", c.ServerCPU)
 		}
-		fmt.Fprintf(w, "; in claims %.1f, in completions %.1f (wall, summed over callers)\n", c.ClaimWall, c.CompleteWall)
+		fmt.Fprintf(w, "; in claims %.1f, in completions %.1f (wall, summed over callers); batches %.0f claimed, %.0f completed\n",
+			c.ClaimWall, c.CompleteWall, c.ClaimBatch, c.CompleteBatch)
 	}
 	if res.Engine.ProcessCPU > 0 {
 		c("engine cost", res.Engine)
@@ -265,8 +267,8 @@ func Noop(ctx context.Context, store redrive.Store, schema string, items, stages
 	}
 	if timer != nil {
 		self, server := meter.stop(ctx)
-		res.Engine = Cost{ProcessCPU: perItem(self, items), ServerCPU: perItem(server, items),
-			ClaimWall: perItem(time.Duration(timer.claim.Load()), items), CompleteWall: perItem(time.Duration(timer.complete.Load()), items)}
+		res.Engine = timer.cost(items)
+		res.Engine.ProcessCPU, res.Engine.ServerCPU = perItem(self, items), perItem(server, items)
 	}
 	res.WorkSeconds = end.Sub(t1).Seconds()
 	res.ItemsPerSecond = float64(items) / res.WorkSeconds
