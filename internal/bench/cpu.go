@@ -8,6 +8,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/postgres"
 )
@@ -17,6 +19,7 @@ import (
 // that serve the benchmark's schema. It reads /proc, so it measures on
 // Linux only and reports 0 elsewhere.
 type cpuMeter struct {
+	conn   *pgx.Conn // apart from the store's pool, whose statements it finds
 	pg     *postgres.Store
 	schema string
 	self   time.Duration
@@ -54,9 +57,14 @@ func procCPU(pid string) (time.Duration, bool) {
 }
 
 // backends returns the PIDs of the server processes whose last statement
-// named schema: the connections of this benchmark's pool.
+// named schema: the connections of this benchmark's pool. It asks on a
+// connection of its own: a pool connection that asked would show this
+// question as its last statement, and be missed.
 func (m *cpuMeter) backends(ctx context.Context) []int {
-	rows, err := m.pg.Pool().Query(ctx, `SELECT pid FROM pg_stat_activity WHERE position($1 in query) > 0`, m.schema)
+	if m.conn == nil {
+		return nil
+	}
+	rows, err := m.conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE position($1 in query) > 0`, m.schema)
 	if err != nil {
 		return nil
 	}
@@ -77,6 +85,9 @@ func startCPU(ctx context.Context, store redrive.Store, schema string) *cpuMeter
 	m.self, _ = procCPU("self")
 	if pg, ok := store.(*postgres.Store); ok {
 		m.pg = pg
+		if c, err := pgx.ConnectConfig(ctx, pg.Pool().Config().ConnConfig.Copy()); err == nil {
+			m.conn = c
+		}
 		for _, pid := range m.backends(ctx) {
 			if d, ok := procCPU(strconv.Itoa(pid)); ok {
 				m.server[pid] = d
@@ -95,6 +106,11 @@ func (m *cpuMeter) stop(ctx context.Context) (self, server time.Duration) {
 	if m.pg == nil {
 		return self, 0
 	}
+	defer func() {
+		if m.conn != nil {
+			_ = m.conn.Close(ctx)
+		}
+	}()
 	for _, pid := range m.backends(ctx) {
 		if d, ok := procCPU(strconv.Itoa(pid)); ok {
 			server += d - m.server[pid]
