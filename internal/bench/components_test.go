@@ -69,6 +69,16 @@ func BenchmarkSQLiteComponents(b *testing.B) {
 			}
 		})
 	}
+	b.Run("audited_loop", func(b *testing.B) {
+		for range b.N {
+			s, err := sqlite.Open(context.Background(), filepath.Join(b.TempDir(), "c.db"))
+			if err != nil {
+				b.Fatal(err)
+			}
+			auditedComponents(b, s, "")
+			s.Close()
+		}
+	})
 }
 
 // BenchmarkPostgresComponents is BenchmarkSQLiteComponents on PostgreSQL
@@ -110,6 +120,27 @@ func BenchmarkPostgresComponents(b *testing.B) {
 			}
 		})
 	}
+	b.Run("audited_loop", func(b *testing.B) {
+		for range b.N {
+			url, schema := pgtest.NewSchema(b)
+			auditedComponents(b, pgtest.OpenStoreAt(b, url, schema), schema)
+		}
+	})
+}
+
+// auditedComponents reports the CPU time per item of the audited bare
+// loop, one loop in batches of 2,000, on store's server or file: claim
+// and completion together.
+func auditedComponents(b *testing.B, store redrive.Store, schema string) {
+	_, c, err := Audited(context.Background(), store, schema, componentsItems, 2000, 1, []byte(`{}`))
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(c.ProcessCPU, "loop-µs/item")
+	if schema != "" {
+		b.ReportMetric(c.ServerCPU, "loop-server-µs/item")
+	}
+	b.ReportMetric(0, "ns/op")
 }
 
 // componentsRun enqueues componentsItems items into store, then claims
