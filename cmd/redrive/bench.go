@@ -36,6 +36,15 @@ func newBenchCmd() *cobra.Command {
 works them with --workers workers, and prints items inserted per second, items
 worked per second and stage completions per second.
 
+With one stage it measures, on the same store just before and just after the
+engine, the audited bare loop: 4 loops that each claim a batch of --batch jobs
+with one UPDATE ... FOR UPDATE SKIP LOCKED statement (SQLite: in a write
+transaction) and then, in one transaction, mark them done and insert one
+attempt row each. It prints the engine's rate as a fraction of that loop's, and
+where an item's time went for both: CPU of this process and of the PostgreSQL
+backends, time in claims and completions, batch sizes. On PostgreSQL it also
+prints COPY and the older bare SQL queue (no attempts, no fencing).
+
 Without --db it uses a fresh SQLite file in a temporary directory, never the
 database of REDRIVE_DATABASE_URL. With a
 postgres:// URL it uses a fresh schema (redrive_bench_<time>) that it drops

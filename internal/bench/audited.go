@@ -177,19 +177,9 @@ func auditedSQLite(ctx context.Context, s *sqlite.Store, n, batch, loops int, pa
 		return 0, Cost{}, fmt.Errorf("bench: audited bare loop: %w", err)
 	}
 	now := time.Now().UnixNano()
-	if err := sqliteTx(ctx, db, func(tx *sql.Tx) error {
-		st, err := tx.PrepareContext(ctx, `INSERT INTO bare_jobs (id, state, due_at, payload, updated_at) VALUES (?, 'pending', ?, ?, ?)`)
-		if err != nil {
-			return err
-		}
-		defer st.Close()
-		for i := range n {
-			if _, err := st.ExecContext(ctx, i+1, now, payload, now); err != nil {
-				return err
-			}
-		}
-		return nil
-	}); err != nil {
+	if _, err := db.ExecContext(ctx, `WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i + 1 FROM n WHERE i < ?1)
+		INSERT INTO bare_jobs (id, state, due_at, payload, updated_at) SELECT i, 'pending', ?2, ?3, ?2 FROM n`,
+		n, now, payload); err != nil {
 		return 0, Cost{}, fmt.Errorf("bench: audited bare loop: fill: %w", err)
 	}
 	claim, err := db.PrepareContext(ctx, `UPDATE bare_jobs SET state = 'running', lease_token = lease_token + 1,
