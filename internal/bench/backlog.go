@@ -162,6 +162,7 @@ func claimSamples(ctx context.Context, store redrive.Store, p string, limit, sam
 	return ms(ds[len(ds)/2]), ms(ds[len(ds)*95/100]), nil
 }
 
+// PrintBacklog writes r as `redrive bench --shape backlog` prints it.
 func PrintBacklog(w io.Writer, r BacklogResult) {
 	fmt.Fprintf(w, "store              %s\n", r.Store)
 	fmt.Fprintf(w, "items              %d: %d due, %d waiting on a backoff (setup %.1fs)\n", r.Items, r.Due, r.Waiting, r.SetupSecond)

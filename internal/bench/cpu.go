@@ -162,6 +162,7 @@ func (s *callTimer) cost(n int) Cost {
 	return c
 }
 
+// Claim is the store's Claim, timed.
 func (s *callTimer) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Lease, error) {
 	start := time.Now()
 	ls, err := s.Store.Claim(ctx, req)
@@ -172,6 +173,7 @@ func (s *callTimer) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redr
 	return ls, err
 }
 
+// Complete is the store's Complete, timed.
 func (s *callTimer) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, error) {
 	start := time.Now()
 	applied, err := s.Store.Complete(ctx, cs)

@@ -67,6 +67,9 @@ type Result struct {
 
 // NoopOptions are the settings of NoopWithLimits.
 type NoopOptions struct {
+	// Items, Stages and Workers are the items to work, the no-op stages of
+	// their pipeline and the engine's workers; each must be at least 1 (no
+	// defaults).
 	Items, Stages, Workers int
 	// Batch is the engine's claim batch; 0 means the engine's default for
 	// Workers (see Batch).

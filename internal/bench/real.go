@@ -108,6 +108,7 @@ type timedStore struct {
 	ds []time.Duration
 }
 
+// Claim is the store's Claim, timed when it leased items.
 func (s *timedStore) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Lease, error) {
 	start := time.Now()
 	ls, err := s.Store.Claim(ctx, req)
@@ -386,6 +387,7 @@ func RealWorker(ctx context.Context, store redrive.Store, stages, workers, batch
 	return client.Stop(context.Background())
 }
 
+// PrintReal writes r as `redrive bench --shape real` prints it.
 func PrintReal(w io.Writer, r RealResult) {
 	fmt.Fprintf(w, "store                %s\n", r.Store)
 	fmt.Fprintf(w, "shape                %d items × %d stages, %d B payloads, %d%% of attempts failing, %d items waiting on a backoff\n",

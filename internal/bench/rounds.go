@@ -25,6 +25,11 @@ type RoundsResult struct {
 	Ratio float64 `json:"last_over_first"`
 }
 
+// Rounds works items no-op items (see Noop) rounds times on store, whose
+// succeeded items retention deletes as they finish (Config.Retention 1 ns,
+// checked every second), and measures each round, the database's size
+// after it (in PostgreSQL schema schema) and the succeeded items still
+// held. A non-nil progress is told of each round as it ends.
 func Rounds(ctx context.Context, store redrive.Store, schema string, progress io.Writer, rounds, items, stages, workers, batch int) (RoundsResult, error) {
 	var rs RoundsResult
 	for range rounds {
@@ -52,6 +57,8 @@ func Rounds(ctx context.Context, store redrive.Store, schema string, progress io
 	return rs, nil
 }
 
+// PrintRounds writes rs, measured on store, as `redrive bench --rounds`
+// prints it.
 func PrintRounds(w io.Writer, store string, rs RoundsResult) {
 	fmt.Fprintf(w, "store              %s\n", store)
 	for i, r := range rs.Rounds {

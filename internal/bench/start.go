@@ -49,6 +49,8 @@ type heardStore struct {
 	last atomic.Int64 // UnixNano of the last notification
 }
 
+// Notifications passes the store's notifications on, recording when each
+// arrived.
 func (s *heardStore) Notifications(ctx context.Context) <-chan struct{} {
 	n, ok := s.Store.(redrive.Notifier)
 	if !ok {
@@ -169,6 +171,7 @@ func Start(ctx context.Context, store redrive.Store, probes int) (StartResult, e
 	return res, nil
 }
 
+// PrintStart writes r as `redrive bench --shape start` prints it.
 func PrintStart(w io.Writer, r StartResult) {
 	fmt.Fprintf(w, "store                %s\n", r.Store)
 	fmt.Fprintf(w, "probes               %d single items into an idle engine\n", r.Probes)
