@@ -38,6 +38,10 @@ type engine struct {
 	work        chan *task
 	completions chan *task
 	wakeCh      chan struct{}
+	// writing counts the completers writing a batch; wrote tells a
+	// gathering completer that a write ended (complete.go).
+	writing atomic.Int64
+	wrote   chan struct{}
 
 	// Leases only for work that can start (claim.go): unstarted counts
 	// the leased items no worker has taken yet, busy the workers with an
@@ -138,6 +142,7 @@ func (c *Client) Start(ctx context.Context) error {
 		aborted:   map[int64]string{},
 		breakers:  map[StageKey]retry.BreakerState{},
 		wakeCh:    make(chan struct{}, 1),
+		wrote:     make(chan struct{}, 1),
 		stopped:   make(chan struct{}),
 	}
 	for n, p := range c.pipelines {

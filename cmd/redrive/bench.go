@@ -2,50 +2,20 @@ package main
 
 import (
 	"context"
-	"fmt"
+	"io"
 	"os"
-	"runtime"
+	"path/filepath"
 	"runtime/pprof"
 	"strconv"
-	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
-	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/bench"
 	"github.com/redrive/redrive/postgres"
 	"github.com/redrive/redrive/storeurl"
 )
-
-// benchResult is what `redrive bench` measured.
-type benchResult struct {
-	Store              string  `json:"store"`
-	Items              int     `json:"items"`
-	Stages             int     `json:"stages"`
-	Workers            int     `json:"workers"`
-	Batch              int     `json:"batch"`
-	GOMAXPROCS         int     `json:"gomaxprocs"`
-	InsertSeconds      float64 `json:"insert_seconds"`
-	InsertPerSecond    float64 `json:"inserted_per_second"`
-	WorkSeconds        float64 `json:"work_seconds"`
-	ItemsPerSecond     float64 `json:"items_per_second"`
-	StageCompletionsPS float64 `json:"stage_completions_per_second"`
-	Succeeded          int     `json:"succeeded"`
-	// On PostgreSQL, the limits measured in the same run (see
-	// postgres.Store.BareQueue) and the ratios to them.
-	CopyPerSecond  float64 `json:"copy_per_second,omitempty"`
-	BarePerSecond  float64 `json:"bare_sql_per_second,omitempty"`
-	CopyBefore     float64 `json:"copy_before_per_second,omitempty"`
-	CopyAfter      float64 `json:"copy_after_per_second,omitempty"`
-	BareBefore     float64 `json:"bare_sql_before_per_second,omitempty"`
-	BareAfter      float64 `json:"bare_sql_after_per_second,omitempty"`
-	InsertOverCopy float64 `json:"insert_over_copy,omitempty"`
-	WorkOverBare   float64 `json:"work_over_bare_sql,omitempty"`
-	// On PostgreSQL with --insert-rounds, the insert measured against COPY
-	// in alternated rounds (see runInsertRounds).
-	InsertRounds *insertRounds `json:"insert_rounds,omitempty"`
-}
 
 func newBenchCmd() *cobra.Command {
 	var (
@@ -56,7 +26,7 @@ func newBenchCmd() *cobra.Command {
 		shape                         string
 		waiting                       float64
 		claimLimit, samples           int
-		real                          realOptions
+		real                          bench.RealOptions
 		rounds                        int
 	)
 	cmd := &cobra.Command{
@@ -65,6 +35,15 @@ func newBenchCmd() *cobra.Command {
 		Long: `bench enqueues --items items into a pipeline of --stages no-op stages, then
 works them with --workers workers, and prints items inserted per second, items
 worked per second and stage completions per second.
+
+With one stage it measures, on the same store just before and just after the
+engine, the audited bare loop: 4 loops that each claim a batch of --batch jobs
+with one UPDATE ... FOR UPDATE SKIP LOCKED statement (SQLite: in a write
+transaction) and then, in one transaction, mark them done and insert one
+attempt row each. It prints the engine's rate as a fraction of that loop's, and
+where an item's time went for both: CPU of this process and of the PostgreSQL
+backends, time in claims and completions, batch sizes. On PostgreSQL it also
+prints COPY and the older bare SQL queue (no attempts, no fencing).
 
 Without --db it uses a fresh SQLite file in a temporary directory, never the
 database of REDRIVE_DATABASE_URL. With a
@@ -105,22 +84,30 @@ afterwards, unless --pg-schema is given.`,
 					_, _ = pg.Pool().Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{schema}.Sanitize()+" CASCADE")
 				}()
 			}
+			// The no-op shape of one round profiles the engine's work
+			// alone, not its limits measured around it; the others the
+			// whole run.
+			var profile io.Writer
 			if cpuProfile != "" {
 				f, err := os.Create(cpuProfile)
 				if err != nil {
 					return err
 				}
 				defer f.Close()
-				if err := pprof.StartCPUProfile(f); err != nil {
-					return err
+				if shape == bench.ShapeNoop && rounds <= 1 {
+					profile = f
+				} else {
+					if err := pprof.StartCPUProfile(f); err != nil {
+						return err
+					}
+					defer pprof.StopCPUProfile()
 				}
-				defer pprof.StopCPUProfile()
 			}
 			switch shape {
-			case shapeRealWorker:
-				return runRealWorker(ctx, store, stages, workers, batch, real.FailPercent)
-			case shapeStart:
-				r, err := runStartBench(ctx, store, real.Probes)
+			case bench.ShapeRealWorker:
+				return bench.RealWorker(ctx, store, stages, workers, batch, real.FailPercent)
+			case bench.ShapeStart:
+				r, err := bench.Start(ctx, store, real.Probes)
 				if err != nil {
 					return err
 				}
@@ -128,13 +115,13 @@ afterwards, unless --pg-schema is given.`,
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), r)
 				}
-				printStart(cmd.OutOrStdout(), r)
+				bench.PrintStart(cmd.OutOrStdout(), r)
 				return nil
-			case shapeReal:
+			case bench.ShapeReal:
 				real.Items, real.Stages, real.Workers, real.Batch = items, stages, workers, batch
 				real.Waiting = int(float64(items) * waiting)
 				real.URL, real.Schema = url, schema
-				r, err := runRealBench(ctx, store, real)
+				r, err := bench.Real(ctx, store, real)
 				if err != nil {
 					return err
 				}
@@ -142,12 +129,12 @@ afterwards, unless --pg-schema is given.`,
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), r)
 				}
-				printReal(cmd.OutOrStdout(), r)
+				bench.PrintReal(cmd.OutOrStdout(), r)
 				return nil
 			}
-			if shape == shapeBacklog {
+			if shape == bench.ShapeBacklog {
 				waitingN := int(float64(items) * waiting)
-				r, err := runBacklogBench(ctx, store, items, waitingN, claimLimit, samples)
+				r, err := bench.Backlog(ctx, store, items, waitingN, claimLimit, samples)
 				if err != nil {
 					return err
 				}
@@ -155,77 +142,30 @@ afterwards, unless --pg-schema is given.`,
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), r)
 				}
-				printBacklog(cmd.OutOrStdout(), r)
+				bench.PrintBacklog(cmd.OutOrStdout(), r)
 				return nil
 			}
 			if rounds > 1 {
-				rs, err := runRounds(ctx, store, url, schema, cmd.ErrOrStderr(), rounds, items, stages, workers, batch)
+				rs, err := bench.Rounds(ctx, store, schema, cmd.ErrOrStderr(), rounds, items, stages, workers, batch)
 				if err != nil {
 					return err
 				}
 				if asJSON {
 					return writeJSON(cmd.OutOrStdout(), rs)
 				}
-				printRounds(cmd.OutOrStdout(), redactURL(url), rs)
+				bench.PrintRounds(cmd.OutOrStdout(), redactURL(url), rs)
 				return nil
 			}
-			// On PostgreSQL the server's own limits are measured just before
-			// and just after the engine, and the engine is compared with their
-			// mean: on a shared machine a single baseline a minute away from
-			// the engine's figure swung the ratio by half.
-			pg, bracket := store.(*postgres.Store)
-			bracket = bracket && stages == 1
-			var bareBefore postgres.BareResult
-			if bracket {
-				if bareBefore, err = pg.BareQueue(ctx, items, benchBatch(batch, workers), 4, []byte(`{}`)); err != nil {
-					return err
-				}
-			}
-			res, err := runBench(ctx, store, items, stages, workers, batch, 0)
+			res, err := bench.NoopWithLimits(ctx, store, bench.NoopOptions{Items: items, Stages: stages, Workers: workers,
+				Batch: batch, URL: url, Schema: schema, InsertRounds: insertRoundsN, CPUProfile: profile})
 			if err != nil {
 				return err
-			}
-			if bracket {
-				bareAfter, err := pg.BareQueue(ctx, items, res.Batch, 4, []byte(`{}`))
-				if err != nil {
-					return err
-				}
-				res.CopyBefore, res.CopyAfter = bareBefore.CopyPerSecond, bareAfter.CopyPerSecond
-				res.BareBefore, res.BareAfter = bareBefore.WorkPerSecond, bareAfter.WorkPerSecond
-				res.CopyPerSecond = (res.CopyBefore + res.CopyAfter) / 2
-				res.BarePerSecond = (res.BareBefore + res.BareAfter) / 2
-				res.InsertOverCopy = res.InsertPerSecond / res.CopyPerSecond
-				res.WorkOverBare = res.ItemsPerSecond / res.BarePerSecond
-				if insertRoundsN > 0 {
-					ir, err := runInsertRounds(ctx, url, items, insertRoundsN)
-					if err != nil {
-						return err
-					}
-					res.InsertRounds = &ir
-				}
 			}
 			res.Store = redactURL(url)
 			if asJSON {
 				return writeJSON(cmd.OutOrStdout(), res)
 			}
-			w := cmd.OutOrStdout()
-			fmt.Fprintf(w, "store              %s\n", res.Store)
-			fmt.Fprintf(w, "items × stages     %d × %d, %d workers, claim batch %d, GOMAXPROCS %d\n", res.Items, res.Stages, res.Workers, res.Batch, res.GOMAXPROCS)
-			fmt.Fprintf(w, "insert             %.2fs  %.0f items/s\n", res.InsertSeconds, res.InsertPerSecond)
-			fmt.Fprintf(w, "work               %.2fs  %.0f items/s  %.0f stage completions/s\n", res.WorkSeconds, res.ItemsPerSecond, res.StageCompletionsPS)
-			if res.BarePerSecond > 0 {
-				fmt.Fprintf(w, "COPY               %.0f rows/s, before and after the engine %.0f and %.0f  (insert / COPY = %.2f)\n",
-					res.CopyPerSecond, res.CopyBefore, res.CopyAfter, res.InsertOverCopy)
-				fmt.Fprintf(w, "bare SQL queue     %.0f items/s, before and after the engine %.0f and %.0f  (work / bare SQL = %.2f)\n",
-					res.BarePerSecond, res.BareBefore, res.BareAfter, res.WorkOverBare)
-			}
-			if ir := res.InsertRounds; ir != nil {
-				fmt.Fprintf(w, "insert / COPY      %.2f, the median of %d alternated rounds:", ir.Median, len(ir.Ratios))
-				for _, r := range ir.Ratios {
-					fmt.Fprintf(w, " %.2f", r)
-				}
-				fmt.Fprintln(w)
-			}
+			bench.PrintNoop(cmd.OutOrStdout(), res)
 			return nil
 		},
 	}
@@ -234,10 +174,10 @@ afterwards, unless --pg-schema is given.`,
 	cmd.Flags().IntVar(&workers, "workers", 32, "concurrent workers")
 	cmd.Flags().IntVar(&batch, "batch", 2000, "claim batch size (0: the engine's default for --workers); large batches suit no-op stages")
 	cmd.Flags().BoolVar(&asJSON, "json", false, "print the result as JSON")
-	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile of the run to this file")
-	cmd.Flags().StringVar(&shape, "shape", shapeNoop, "what to measure: "+shapeNoop+" (a no-op pipeline), "+shapeBacklog+
-		" (claim latency with items waiting on a backoff, against due items only), "+shapeReal+
-		" (payloads, stages, failures, a waiting backlog, several processes) or "+shapeStart+
+	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file: of the engine's work alone with --shape noop (one round), else of the whole run")
+	cmd.Flags().StringVar(&shape, "shape", bench.ShapeNoop, "what to measure: "+bench.ShapeNoop+" (a no-op pipeline), "+bench.ShapeBacklog+
+		" (claim latency with items waiting on a backoff, against due items only), "+bench.ShapeReal+
+		" (payloads, stages, failures, a waiting backlog, several processes) or "+bench.ShapeStart+
 		" (enqueue-to-start of single items into an idle engine)")
 	cmd.Flags().Float64Var(&waiting, "waiting", 0.9, "--shape backlog and real: items waiting on a backoff, as a fraction of --items")
 	cmd.Flags().IntVar(&claimLimit, "claim-limit", 100, "--shape backlog: items per timed claim")
@@ -252,98 +192,43 @@ afterwards, unless --pg-schema is given.`,
 	return cmd
 }
 
-// runBench enqueues and works a no-op pipeline on store. A positive
-// retention deletes succeeded items that long after they succeeded,
-// checking every second.
-func runBench(ctx context.Context, store redrive.Store, items, stages, workers, batch int, retention time.Duration) (benchResult, error) {
-	res := benchResult{Items: items, Stages: stages, Workers: workers, GOMAXPROCS: runtime.GOMAXPROCS(0)}
-	total := int64(items * stages)
-	var done atomic.Int64
-	finished := make(chan time.Time, 1)
-	observe := func(ev redrive.Event) {
-		if a, ok := ev.(redrive.AttemptFinished); ok && a.Outcome == redrive.OutcomeSucceeded {
-			if done.Add(1) == total {
-				finished <- time.Now()
-			}
+// checkShape checks the flags of --shape.
+func checkShape(shape string, items int, waiting float64, limit, samples int) error {
+	switch shape {
+	case bench.ShapeNoop, bench.ShapeRealWorker, bench.ShapeStart:
+		return nil
+	case bench.ShapeReal:
+		if waiting < 0 {
+			return flagErrorf("waiting", "--waiting must not be negative, not %g", waiting)
 		}
+		return nil
+	case bench.ShapeBacklog:
+	default:
+		return flagErrorf("shape", "--shape must be %s, %s, %s or %s, not %q", bench.ShapeNoop, bench.ShapeBacklog, bench.ShapeReal, bench.ShapeStart, shape)
 	}
-	cfg := redrive.Config{Workers: workers, ClaimBatch: batch, Observers: []func(redrive.Event){observe}}
-	if retention > 0 {
-		cfg.Retention, cfg.RetentionInterval = retention, time.Second
+	if waiting <= 0 || waiting >= 1 {
+		return flagErrorf("waiting", "--waiting must be between 0 and 1 (exclusive), not %g", waiting)
 	}
-	client := redrive.NewClient(store, cfg)
-	noop := func(_ context.Context, it *redrive.Item) ([]byte, error) { return it.Payload, nil }
-	p := redrive.Pipeline{Name: "bench"}
-	for i := range stages {
-		p.Stages = append(p.Stages, redrive.Stage{Name: "stage" + strconv.Itoa(i+1), Handle: noop})
+	if limit < 1 || samples < 1 {
+		return flagErrorf("claim-limit", "--claim-limit and --samples must be at least 1")
 	}
-	if err := client.Register(p); err != nil {
-		return res, err
+	if due := items - int(float64(items)*waiting); due < limit {
+		return flagErrorf("items", "--items %d with --waiting %g leaves %d due items, fewer than --claim-limit %d", items, waiting, due, limit)
 	}
-	in := make([]redrive.NewItem, items)
-	for i := range in {
-		in[i] = redrive.NewItem{Payload: []byte(`{}`)}
-	}
-	t0 := time.Now()
-	run, err := client.StartRun(ctx, "bench", in, redrive.RunOptions{})
-	if err != nil {
-		return res, err
-	}
-	res.InsertSeconds = time.Since(t0).Seconds()
-	res.InsertPerSecond = float64(items) / res.InsertSeconds
-
-	t1 := time.Now()
-	if err := client.Start(ctx); err != nil {
-		return res, err
-	}
-	var end time.Time
-	select {
-	case end = <-finished:
-	case <-ctx.Done():
-		_ = client.Stop(context.Background())
-		return res, ctx.Err()
-	}
-	res.WorkSeconds = end.Sub(t1).Seconds()
-	res.ItemsPerSecond = float64(items) / res.WorkSeconds
-	res.StageCompletionsPS = float64(total) / res.WorkSeconds
-	wctx, cancel := context.WithTimeout(ctx, time.Minute)
-	defer cancel()
-	var r redrive.Run
-	if retention > 0 {
-		// Every stage completion was counted above. Retention may delete
-		// the run's last items before the engine sees that none is left,
-		// and a run with no items is taken for one still being filled and
-		// never finished: read the counts instead of waiting for a status.
-		r, err = store.GetRun(wctx, run.ID)
-	} else {
-		r, err = client.WaitRun(wctx, run.ID)
-	}
-	if stopErr := client.Stop(context.Background()); err == nil {
-		err = stopErr
-	}
-	if err != nil {
-		return res, err
-	}
-	if retention > 0 {
-		// Retention deleted succeeded items as they finished.
-		if left := r.Counts.Total - r.Counts.Succeeded; left != 0 {
-			return res, fmt.Errorf("bench: %d items of the run did not succeed: %+v", left, r.Counts)
-		}
-		r.Counts.Succeeded += items - r.Counts.Total
-	}
-	if r.Counts.Succeeded != items {
-		return res, fmt.Errorf("bench: %d of %d items succeeded: %+v", r.Counts.Succeeded, items, r.Counts)
-	}
-	res.Succeeded = r.Counts.Succeeded
-	res.Batch = benchBatch(batch, workers)
-	return res, nil
+	return nil
 }
 
-// benchBatch is the claim batch a bench of --batch batch and --workers
-// workers claims with: batch, or the engine's default for workers when 0.
-func benchBatch(batch, workers int) int {
-	if batch == 0 {
-		return min(max(workers, 32), 512)
+// benchDatabase returns the database `redrive bench` writes its items into:
+// the --db given on its command line, else a new SQLite file in a temporary
+// directory that cleanup removes. REDRIVE_DATABASE_URL is not used: it names
+// the user's database, and benchmark data must never land there.
+func benchDatabase(cmd *cobra.Command) (url string, cleanup func(), err error) {
+	if cmd.Flags().Changed("db") {
+		return dbConfigFrom(cmd.Context()).URL, func() {}, nil
 	}
-	return batch
+	dir, err := os.MkdirTemp("", "redrive-bench-")
+	if err != nil {
+		return "", nil, err
+	}
+	return "sqlite:" + filepath.Join(dir, "bench.db"), func() { os.RemoveAll(dir) }, nil
 }

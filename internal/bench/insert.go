@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -13,32 +13,32 @@ import (
 	"github.com/redrive/redrive/postgres"
 )
 
-// insertRounds is what runInsertRounds measured: per round, the engine's
+// InsertRoundsResult is what InsertRounds measured: per round, the engine's
 // insert rate over COPY's, each taken next to the other.
-type insertRounds struct {
+type InsertRoundsResult struct {
 	Ratios []float64 `json:"insert_over_copy_rounds"`
 	Median float64   `json:"insert_over_copy_median"`
 }
 
-// runInsertRounds measures the engine's insert of n items (one StartRun,
+// InsertRounds measures the engine's insert of n items (one StartRun,
 // as the bench's insert) against COPY of n rows of the items' shape,
 // rounds times, alternating which goes first. It works in a scratch
 // schema of its own, emptied between rounds so that every round inserts
 // into an empty table as the bench's insert does, and dropped after. On a
 // shared machine a single pair of figures swung by a fifth either way;
 // the median of alternated pairs does not.
-func runInsertRounds(ctx context.Context, url string, n, rounds int) (insertRounds, error) {
-	var res insertRounds
+func InsertRounds(ctx context.Context, url string, n, rounds int) (InsertRoundsResult, error) {
+	var res InsertRoundsResult
 	schema := "redrive_bench_insert_" + strconv.FormatInt(time.Now().UnixNano(), 36)
-	store, closeStore, err := openStoreWith(ctx, url, openOptions{Schema: schema, Migrate: true})
+	pg, err := postgres.Open(ctx, url, postgres.Options{Schema: schema})
 	if err != nil {
-		return res, err
+		return res, fmt.Errorf("bench: insert rounds: %w", err)
 	}
-	defer closeStore()
-	pg, ok := store.(*postgres.Store)
-	if !ok {
-		return res, fmt.Errorf("bench: insert rounds need PostgreSQL")
+	defer pg.Close()
+	if err := pg.Migrate(ctx); err != nil {
+		return res, fmt.Errorf("bench: insert rounds: %w", err)
 	}
+	var store redrive.Store = pg
 	q := pgx.Identifier{schema}.Sanitize()
 	defer func() { _, _ = pg.Pool().Exec(context.Background(), "DROP SCHEMA IF EXISTS "+q+" CASCADE") }()
 	client := redrive.NewClient(store, redrive.Config{})

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redrive/redrive/internal/bench"
 	"github.com/redrive/redrive/internal/pgtest"
 )
 
@@ -18,7 +19,7 @@ func TestBenchStart(t *testing.T) {
 		if r.code != 0 {
 			t.Fatalf("bench --shape start: %v", r)
 		}
-		var res startResult
+		var res bench.StartResult
 		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
 			t.Fatalf("%v: %s", err, r.stdout)
 		}
@@ -33,11 +34,9 @@ func TestBenchStart(t *testing.T) {
 		}
 	}
 	t.Run("sqlite", func(t *testing.T) {
-		t.Parallel()
 		check(t, nil, false)
 	})
 	t.Run("postgres", func(t *testing.T) {
-		t.Parallel()
 		url, _ := pgtest.NewSchema(t)
 		check(t, []string{"--db", url}, true)
 	})
@@ -51,7 +50,7 @@ func TestBenchRoundsSize(t *testing.T) {
 	if r.code != 0 {
 		t.Fatalf("bench --rounds: %v", r)
 	}
-	var rs roundsResult
+	var rs bench.RoundsResult
 	if err := json.Unmarshal([]byte(r.stdout), &rs); err != nil {
 		t.Fatalf("%v: %s", err, r.stdout)
 	}
@@ -67,4 +66,41 @@ func TestBenchRoundsSize(t *testing.T) {
 	if n := strings.Count(r.stderr, "succeeded held "); n != 2 {
 		t.Errorf("progress reported the items held after %d rounds, want 2:\n%s", n, r.stderr)
 	}
+}
+
+// bench compares the engine with the audited bare loop on both stores,
+// measured before and after it, and says where each item's time went. Not
+// in parallel with the other tests: its loops take both cores for a
+// moment, which would skew the timing-sensitive TestBenchStart.
+func TestBenchAudited(t *testing.T) {
+	check := func(t *testing.T, args []string, pg bool) {
+		r := runCLI(t, nil, append(args, "bench", "--items", "600", "--workers", "4", "--batch", "100", "--insert-rounds", "0", "--json")...)
+		if r.code != 0 {
+			t.Fatalf("bench: %v", r)
+		}
+		var res bench.Result
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+			t.Fatalf("%v: %s", err, r.stdout)
+		}
+		if res.Succeeded != 600 || res.AuditedLoops != bench.AuditedLoops || res.AuditedBefore <= 0 || res.AuditedAfter <= 0 {
+			t.Errorf("result: %+v", res)
+		}
+		if want := res.ItemsPerSecond / ((res.AuditedBefore + res.AuditedAfter) / 2); res.WorkOverAudited != want {
+			t.Errorf("work / audited = %v, want %v", res.WorkOverAudited, want)
+		}
+		// Every audited claim takes a whole batch until the last.
+		if res.Audited.ClaimBatch < 100*0.99 || res.Audited.ClaimBatch > 100 || res.Engine.CompleteBatch <= 0 || res.Engine.ClaimWall <= 0 {
+			t.Errorf("costs: engine %+v, audited %+v", res.Engine, res.Audited)
+		}
+		if (res.BarePerSecond > 0) != pg {
+			t.Errorf("the bare SQL queue of PostgreSQL: %v items/s", res.BarePerSecond)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		check(t, nil, false)
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url, _ := pgtest.NewSchema(t)
+		check(t, []string{"--db", url}, true)
+	})
 }

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -10,42 +10,10 @@ import (
 	"github.com/redrive/redrive"
 )
 
-// The shapes of `redrive bench`.
-const (
-	shapeNoop    = "noop"
-	shapeBacklog = "backlog"
-)
-
-// checkShape checks the flags of --shape.
-func checkShape(shape string, items int, waiting float64, limit, samples int) error {
-	switch shape {
-	case shapeNoop, shapeRealWorker, shapeStart:
-		return nil
-	case shapeReal:
-		if waiting < 0 {
-			return flagErrorf("waiting", "--waiting must not be negative, not %g", waiting)
-		}
-		return nil
-	case shapeBacklog:
-	default:
-		return flagErrorf("shape", "--shape must be %s, %s, %s or %s, not %q", shapeNoop, shapeBacklog, shapeReal, shapeStart, shape)
-	}
-	if waiting <= 0 || waiting >= 1 {
-		return flagErrorf("waiting", "--waiting must be between 0 and 1 (exclusive), not %g", waiting)
-	}
-	if limit < 1 || samples < 1 {
-		return flagErrorf("claim-limit", "--claim-limit and --samples must be at least 1")
-	}
-	if due := items - int(float64(items)*waiting); due < limit {
-		return flagErrorf("items", "--items %d with --waiting %g leaves %d due items, fewer than --claim-limit %d", items, waiting, due, limit)
-	}
-	return nil
-}
-
-// backlogResult is what `redrive bench --shape backlog` measured: claim
+// BacklogResult is what `redrive bench --shape backlog` measured: claim
 // latency of a store holding only due items, and of the same store once
 // most of its items wait on a backoff.
-type backlogResult struct {
+type BacklogResult struct {
 	Store      string  `json:"store"`
 	Items      int     `json:"items"`
 	Due        int     `json:"due"`
@@ -69,15 +37,15 @@ type backlogResult struct {
 	SetupSecond      float64 `json:"setup_seconds"`
 }
 
-// runBacklogBench measures claims of limit items with the public Store
+// Backlog measures claims of limit items with the public Store
 // API, first against a store holding only the due items (items minus
 // waiting), then after waiting more items were enqueued, claimed and
 // completed as failed attempts retried in an hour. The waiting items have a
 // higher priority, so a claim that walked pending items in claim order
 // would meet every one of them before the first due item. No statistics
 // are refreshed by hand.
-func runBacklogBench(ctx context.Context, store redrive.Store, items, waiting, limit, samples int) (backlogResult, error) {
-	res := backlogResult{Items: items, Due: items - waiting, Waiting: waiting, ClaimLimit: limit, Samples: samples}
+func Backlog(ctx context.Context, store redrive.Store, items, waiting, limit, samples int) (BacklogResult, error) {
+	res := BacklogResult{Items: items, Due: items - waiting, Waiting: waiting, ClaimLimit: limit, Samples: samples}
 	const p = "bench_backlog"
 	t0 := time.Now()
 	run, _, err := store.CreateRun(ctx, p, redrive.RunOptions{}, t0)
@@ -194,7 +162,8 @@ func claimSamples(ctx context.Context, store redrive.Store, p string, limit, sam
 	return ms(ds[len(ds)/2]), ms(ds[len(ds)*95/100]), nil
 }
 
-func printBacklog(w io.Writer, r backlogResult) {
+// PrintBacklog writes r as `redrive bench --shape backlog` prints it.
+func PrintBacklog(w io.Writer, r BacklogResult) {
 	fmt.Fprintf(w, "store              %s\n", r.Store)
 	fmt.Fprintf(w, "items              %d: %d due, %d waiting on a backoff (setup %.1fs)\n", r.Items, r.Due, r.Waiting, r.SetupSecond)
 	fmt.Fprintf(w, "claims             %d items each, %d samples\n", r.ClaimLimit, r.Samples)

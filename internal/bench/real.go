@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -20,15 +20,15 @@ import (
 	"github.com/redrive/redrive/sqlite"
 )
 
-// shapeReal is the real-shape benchmark; shapeRealWorker is one of its
+// ShapeReal is the real-shape benchmark; ShapeRealWorker is one of its
 // extra worker processes (started by the benchmark itself).
 const (
-	shapeReal       = "real"
-	shapeRealWorker = "real-worker"
+	ShapeReal       = "real"
+	ShapeRealWorker = "real-worker"
 )
 
-// realOptions are the settings of `redrive bench --shape real`.
-type realOptions struct {
+// RealOptions are the settings of `redrive bench --shape real`.
+type RealOptions struct {
 	Items, Stages, Workers, Batch, Procs int
 	Waiting                              int
 	Payload                              int
@@ -37,8 +37,8 @@ type realOptions struct {
 	URL, Schema                          string
 }
 
-// realResult is what `redrive bench --shape real` measured.
-type realResult struct {
+// RealResult is what `redrive bench --shape real` measured.
+type RealResult struct {
 	Store        string  `json:"store"`
 	Items        int     `json:"items"`
 	Stages       int     `json:"stages"`
@@ -108,6 +108,7 @@ type timedStore struct {
 	ds []time.Duration
 }
 
+// Claim is the store's Claim, timed when it leased items.
 func (s *timedStore) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Lease, error) {
 	start := time.Now()
 	ls, err := s.Store.Claim(ctx, req)
@@ -140,14 +141,14 @@ func percentiles(ds []time.Duration) (p50, p95, p99 float64) {
 	return ms(50), ms(95), ms(99)
 }
 
-// runRealBench works o.Items items of o.Payload bytes through o.Stages
+// Real works o.Items items of o.Payload bytes through o.Stages
 // stages with o.FailPercent % of attempts failing and retried, beside a
 // backlog of o.Waiting items waiting on a one-hour backoff, in o.Procs
 // processes (this one and o.Procs-1 started from the same executable), and
 // then measures enqueue-to-start latency of single items with the engine
 // idle, and the database's size.
-func runRealBench(ctx context.Context, store redrive.Store, o realOptions) (realResult, error) {
-	res := realResult{Items: o.Items, Stages: o.Stages, Procs: o.Procs, Workers: o.Workers,
+func Real(ctx context.Context, store redrive.Store, o RealOptions) (RealResult, error) {
+	res := RealResult{Items: o.Items, Stages: o.Stages, Procs: o.Procs, Workers: o.Workers,
 		PayloadBytes: o.Payload, FailPercent: o.FailPercent, Waiting: o.Waiting}
 	ts := &timedStore{Store: store}
 	var probeMu sync.Mutex
@@ -205,7 +206,7 @@ func runRealBench(ctx context.Context, store redrive.Store, o realOptions) (real
 	}
 	t0 := time.Now()
 	for range o.Procs - 1 {
-		c := exec.CommandContext(ctx, self, "--db", o.URL, "--pg-schema", o.Schema, "bench", "--shape", shapeRealWorker,
+		c := exec.CommandContext(ctx, self, "--db", o.URL, "--pg-schema", o.Schema, "bench", "--shape", ShapeRealWorker,
 			"--stages", strconv.Itoa(o.Stages), "--workers", strconv.Itoa(o.Workers), "--batch", strconv.Itoa(o.Batch),
 			"--fail-percent", strconv.Itoa(o.FailPercent))
 		c.Stdout, c.Stderr = os.Stderr, os.Stderr
@@ -296,7 +297,7 @@ func runRealBench(ctx context.Context, store redrive.Store, o realOptions) (real
 		}
 		res.StartP50, _, res.StartP99 = percentiles(ds)
 	}
-	size, err := dbSize(ctx, store, o.URL, o.Schema)
+	size, err := dbSize(ctx, store, o.Schema)
 	if err != nil {
 		return res, err
 	}
@@ -349,7 +350,7 @@ func realBacklog(ctx context.Context, store redrive.Store, p redrive.Pipeline, n
 
 // dbSize is the size of the benchmark's database: the schema's tables with
 // their indexes and TOAST on PostgreSQL, the file on SQLite.
-func dbSize(ctx context.Context, store redrive.Store, url, schema string) (int64, error) {
+func dbSize(ctx context.Context, store redrive.Store, schema string) (int64, error) {
 	switch s := store.(type) {
 	case *postgres.Store:
 		var n int64
@@ -361,13 +362,9 @@ func dbSize(ctx context.Context, store redrive.Store, url, schema string) (int64
 		}
 		return n, nil
 	case *sqlite.Store:
-		t, err := parseDBURL(url)
-		if err != nil {
-			return 0, err
-		}
 		// The write-ahead log holds copies of pages of the file until
 		// they are checkpointed; the file is the database's size.
-		fi, err := os.Stat(t.Path)
+		fi, err := os.Stat(s.Path())
 		if err != nil {
 			return 0, err
 		}
@@ -376,9 +373,9 @@ func dbSize(ctx context.Context, store redrive.Store, url, schema string) (int64
 	return 0, nil
 }
 
-// runRealWorker is one extra worker process of the real-shape benchmark:
+// RealWorker is one extra worker process of the real-shape benchmark:
 // it works the benchmark's pipeline until interrupted.
-func runRealWorker(ctx context.Context, store redrive.Store, stages, workers, batch, failPercent int) error {
+func RealWorker(ctx context.Context, store redrive.Store, stages, workers, batch, failPercent int) error {
 	client := redrive.NewClient(store, redrive.Config{Workers: workers, ClaimBatch: batch, PollInterval: 100 * time.Millisecond})
 	if err := client.Register(realPipeline(stages, failPercent, nil)); err != nil {
 		return err
@@ -390,7 +387,8 @@ func runRealWorker(ctx context.Context, store redrive.Store, stages, workers, ba
 	return client.Stop(context.Background())
 }
 
-func printReal(w io.Writer, r realResult) {
+// PrintReal writes r as `redrive bench --shape real` prints it.
+func PrintReal(w io.Writer, r RealResult) {
 	fmt.Fprintf(w, "store                %s\n", r.Store)
 	fmt.Fprintf(w, "shape                %d items × %d stages, %d B payloads, %d%% of attempts failing, %d items waiting on a backoff\n",
 		r.Items, r.Stages, r.PayloadBytes, r.FailPercent, r.Waiting)

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -11,12 +11,12 @@ import (
 	"github.com/redrive/redrive"
 )
 
-// shapeStart is the benchmark of enqueue-to-start latency alone.
-const shapeStart = "start"
+// ShapeStart is the benchmark of enqueue-to-start latency alone.
+const ShapeStart = "start"
 
-// startResult is what `redrive bench --shape start` measured, in
+// StartResult is what `redrive bench --shape start` measured, in
 // milliseconds: single items enqueued one at a time into an idle engine.
-type startResult struct {
+type StartResult struct {
 	Store  string `json:"store"`
 	Probes int    `json:"probes"`
 	// Enqueue is how long the store's Enqueue call took (its transaction
@@ -49,6 +49,8 @@ type heardStore struct {
 	last atomic.Int64 // UnixNano of the last notification
 }
 
+// Notifications passes the store's notifications on, recording when each
+// arrived.
 func (s *heardStore) Notifications(ctx context.Context) <-chan struct{} {
 	n, ok := s.Store.(redrive.Notifier)
 	if !ok {
@@ -69,14 +71,14 @@ func (s *heardStore) Notifications(ctx context.Context) <-chan struct{} {
 	return out
 }
 
-// runStartBench starts a client with a one-stage no-op pipeline and no
+// Start starts a client with a one-stage no-op pipeline and no
 // other work, then enqueues probes single items through the store, each
 // after the previous one finished and a pause of 50 – 110 ms, so that each
 // meets an idle engine at a varying phase of its poll. The engine learns
 // of each item as it would of another process's: by LISTEN/NOTIFY on
 // PostgreSQL, by its poll (Config.PollInterval, 100 ms) on SQLite.
-func runStartBench(ctx context.Context, store redrive.Store, probes int) (startResult, error) {
-	res := startResult{Probes: probes}
+func Start(ctx context.Context, store redrive.Store, probes int) (StartResult, error) {
+	res := StartResult{Probes: probes}
 	type probe struct {
 		before, after, started time.Time
 	}
@@ -169,7 +171,8 @@ func runStartBench(ctx context.Context, store redrive.Store, probes int) (startR
 	return res, nil
 }
 
-func printStart(w io.Writer, r startResult) {
+// PrintStart writes r as `redrive bench --shape start` prints it.
+func PrintStart(w io.Writer, r StartResult) {
 	fmt.Fprintf(w, "store                %s\n", r.Store)
 	fmt.Fprintf(w, "probes               %d single items into an idle engine\n", r.Probes)
 	fmt.Fprintf(w, "enqueue call         p50 %.2f ms  p99 %.2f ms\n", r.EnqueueP50, r.EnqueueP99)

@@ -1,0 +1,194 @@
+package bench
+
+import (
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"sync/atomic"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/postgres"
+)
+
+// cpuMeter measures the CPU time a phase of a benchmark costs: this
+// process's, and on PostgreSQL on the same host, the server backends'
+// that serve the benchmark's schema. It reads /proc, so it measures on
+// Linux only and reports 0 elsewhere.
+type cpuMeter struct {
+	conn   *pgx.Conn // apart from the store's pool, whose statements it finds
+	pg     *postgres.Store
+	schema string
+	self   time.Duration
+	server map[int]time.Duration // by backend PID
+}
+
+// clockTick is the unit of the CPU times in /proc/PID/stat (USER_HZ,
+// 100 on every Linux this runs on).
+const clockTick = 10 * time.Millisecond
+
+// procCPU is the user and system CPU time of process pid ("self" for this
+// one), or false when it cannot be read.
+func procCPU(pid string) (time.Duration, bool) {
+	b, err := os.ReadFile("/proc/" + pid + "/stat")
+	if err != nil {
+		return 0, false
+	}
+	// The command name, in parentheses, may hold spaces: the fields
+	// counted are those after it.
+	s := string(b)
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, false
+	}
+	f := strings.Fields(s[i+1:])
+	if len(f) < 13 {
+		return 0, false
+	}
+	u, err1 := strconv.ParseInt(f[11], 10, 64)
+	k, err2 := strconv.ParseInt(f[12], 10, 64)
+	if err1 != nil || err2 != nil {
+		return 0, false
+	}
+	return time.Duration(u+k) * clockTick, true
+}
+
+// backends returns the PIDs of the server processes whose last statement
+// named schema: the connections of this benchmark's pool. It asks on a
+// connection of its own: a pool connection that asked would show this
+// question as its last statement, and be missed.
+func (m *cpuMeter) backends(ctx context.Context) []int {
+	if m.conn == nil {
+		return nil
+	}
+	rows, err := m.conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE position($1 in query) > 0`, m.schema)
+	if err != nil {
+		return nil
+	}
+	defer rows.Close()
+	var pids []int
+	for rows.Next() {
+		var pid int
+		if rows.Scan(&pid) == nil {
+			pids = append(pids, pid)
+		}
+	}
+	return pids
+}
+
+// startCPU starts measuring.
+func startCPU(ctx context.Context, store redrive.Store, schema string) *cpuMeter {
+	m := &cpuMeter{schema: schema, server: map[int]time.Duration{}}
+	m.self, _ = procCPU("self")
+	if pg, ok := store.(*postgres.Store); ok {
+		m.pg = pg
+		if c, err := pgx.ConnectConfig(ctx, pg.Pool().Config().ConnConfig.Copy()); err == nil {
+			m.conn = c
+		}
+		for _, pid := range m.backends(ctx) {
+			if d, ok := procCPU(strconv.Itoa(pid)); ok {
+				m.server[pid] = d
+			}
+		}
+	}
+	return m
+}
+
+// stop returns the CPU time this process and the schema's backends spent
+// since startCPU. A backend that connected in between counts from its
+// start; one that disconnected is not counted.
+func (m *cpuMeter) stop(ctx context.Context) (self, server time.Duration) {
+	now, _ := procCPU("self")
+	self = now - m.self
+	if m.pg == nil {
+		return self, 0
+	}
+	defer func() {
+		if m.conn != nil {
+			_ = m.conn.Close(ctx)
+		}
+	}()
+	for _, pid := range m.backends(ctx) {
+		if d, ok := procCPU(strconv.Itoa(pid)); ok {
+			server += d - m.server[pid]
+		}
+	}
+	return self, server
+}
+
+// perItem is d per item in microseconds.
+func perItem(d time.Duration, n int) float64 {
+	return float64(d) / float64(time.Microsecond) / float64(n)
+}
+
+// Cost is where a benchmark's time per item went, in microseconds per
+// item worked: CPU time of this process and of the PostgreSQL backends
+// serving the benchmark (0 on SQLite, whose work is this process's), and
+// the wall time spent in claim and complete calls (summed over the
+// goroutines making them, so that together they may exceed the elapsed
+// time per item).
+type Cost struct {
+	ProcessCPU   float64 `json:"process_cpu_us"`
+	ServerCPU    float64 `json:"server_cpu_us,omitempty"`
+	ClaimWall    float64 `json:"claim_wall_us"`
+	CompleteWall float64 `json:"complete_wall_us"`
+	// ClaimBatch and CompleteBatch are the mean items per claim call that
+	// leased any and per complete call.
+	ClaimBatch    float64 `json:"mean_claim_batch"`
+	CompleteBatch float64 `json:"mean_complete_batch"`
+}
+
+// callTimer is a store that sums the wall time of its Claim and Complete
+// calls.
+type callTimer struct {
+	redrive.Store
+	claim, complete atomic.Int64 // nanoseconds
+	// Calls that leased items, and complete calls.
+	claims, completes atomic.Int64
+}
+
+// cost is the timer's part of a Cost of n items.
+func (s *callTimer) cost(n int) Cost {
+	c := Cost{ClaimWall: perItem(time.Duration(s.claim.Load()), n), CompleteWall: perItem(time.Duration(s.complete.Load()), n)}
+	if k := s.claims.Load(); k > 0 {
+		c.ClaimBatch = float64(n) / float64(k)
+	}
+	if k := s.completes.Load(); k > 0 {
+		c.CompleteBatch = float64(n) / float64(k)
+	}
+	return c
+}
+
+// Claim is the store's Claim, timed.
+func (s *callTimer) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Lease, error) {
+	start := time.Now()
+	ls, err := s.Store.Claim(ctx, req)
+	s.claim.Add(int64(time.Since(start)))
+	if len(ls) > 0 {
+		s.claims.Add(1)
+	}
+	return ls, err
+}
+
+// Complete is the store's Complete, timed.
+func (s *callTimer) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, error) {
+	start := time.Now()
+	applied, err := s.Store.Complete(ctx, cs)
+	s.complete.Add(int64(time.Since(start)))
+	s.completes.Add(1)
+	return applied, err
+}
+
+// Notifications passes the store's notifications on, so that the wrapper
+// keeps LISTEN/NOTIFY wake-ups.
+func (s *callTimer) Notifications(ctx context.Context) <-chan struct{} {
+	if n, ok := s.Store.(redrive.Notifier); ok {
+		return n.Notifications(ctx)
+	}
+	ch := make(chan struct{})
+	go func() { <-ctx.Done(); close(ch) }()
+	return ch
+}
