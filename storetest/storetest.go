@@ -71,6 +71,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"Heartbeat", testHeartbeat},
 		{"Release", testRelease},
 		{"StartMarks", testStartMarks},
+		{"ClaimStarted", testClaimStarted},
 		{"CompleteStates", testCompleteStates},
 		{"CompleteBatch", testCompleteBatch},
 		{"CountsAddUp", testCountsAddUp},
