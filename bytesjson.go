@@ -81,7 +81,6 @@ func (it Item) MarshalJSON() ([]byte, error) {
 	return appendItemJSON(make([]byte, 0, 512+len(it.Payload)+len(it.Input)), it)
 }
 
-
 // UnmarshalJSON reads what MarshalJSON writes, and the JSON of older
 // versions, whose payload and input were base64 strings without an
 // encoding beside them.
