@@ -74,6 +74,23 @@ class API:
         raise TimeoutError(f"run {run_id} did not finish")
 
 
+def process_cpu(pid):
+    """The CPU seconds (user and system) process pid used so far; -1 where
+    /proc cannot tell."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError, IndexError):
+        return -1.0
+
+
+def children_cpu_seconds():
+    """The CPU seconds of this process's waited-for children."""
+    t = os.times()
+    return t.children_user + t.children_system
+
+
 def exec_stage():
     """The exec stage's handler: the same as the worker's, its input back."""
     sys.stdout.write(sys.stdin.read())
@@ -142,19 +159,26 @@ def main():
             wcmd += ["--batch", str(a.batch)]
         wcmd += a.worker_args.split()
         env = dict(os.environ, REDRIVE_URL=api.url, REDRIVE_TOKEN=TOKEN)
+        serve_cpu = process_cpu(serve.pid)
+        children_cpu = children_cpu_seconds()
         begin = time.monotonic()
         w = subprocess.Popen(wcmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         procs.append(w)
         r = api.wait_run(run, poll=0.02)
         elapsed = time.monotonic() - begin
-        cpu_before = os.times()
+        serve_cpu = process_cpu(serve.pid) - serve_cpu
         w.send_signal(signal.SIGTERM)
         out, _ = w.communicate(timeout=60)
         result["external_items_per_second"] = r["counts"]["succeeded"] / elapsed
         result["external_seconds"] = elapsed
         result["external_succeeded"] = r["counts"]["succeeded"]
         result["worker_counts"] = json.loads(out.decode().strip().splitlines()[-1])
-        del cpu_before
+        # CPU per item: the worker's over its whole life (its start and stop
+        # included), the serve process's over the drain (its own claims of
+        # the exec stage, idle, included).
+        result["worker_cpu_us_per_item"] = round((children_cpu_seconds() - children_cpu) / a.items * 1e6, 1)
+        if serve_cpu >= 0:
+            result["serve_cpu_us_per_item"] = round(serve_cpu / a.items * 1e6, 1)
         result["external_over_exec"] = result["external_items_per_second"] / result["exec_items_per_second"]
 
         # Submit-to-start of an idle long-polling worker.
