@@ -63,6 +63,24 @@ class API:
                             {"run": run, "items": [{"input": x} for x in inputs[i:i + 1000]]})
         return out["run"]["id"]
 
+    def watch_run(self, pipeline, run_id, poll=0.02, timeout=600):
+        """Waits for a run's end, reading it from the list of the pipeline's
+        runs, whose counts come from the run's count rows: the run's own
+        GET adds its per-stage counts, retry histogram and top errors,
+        which read the run's items (≈200 ms for 50,000 items on PostgreSQL
+        here), and, asked every 20 ms, took a core from what it measured."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            rs = self.call("GET", f"/api/v1/runs?pipeline={pipeline}&limit=1")["data"]
+            if not rs or rs[0]["id"] != run_id:
+                return self.wait_run(run_id, poll, timeout)
+            r = rs[0]
+            c = r["counts"]
+            if r["status"] != "running" and c["pending"] + c["running"] == 0:
+                return r
+            time.sleep(poll)
+        raise TimeoutError(f"run {run_id} did not finish")
+
     def wait_run(self, run_id, poll=0.01, timeout=600):
         end = time.monotonic() + timeout
         while time.monotonic() < end:
@@ -164,7 +182,7 @@ def main():
         begin = time.monotonic()
         w = subprocess.Popen(wcmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL)
         procs.append(w)
-        r = api.wait_run(run, poll=0.02)
+        r = api.watch_run("xbench", run, poll=0.02)
         elapsed = time.monotonic() - begin
         serve_cpu = process_cpu(serve.pid) - serve_cpu
         w.send_signal(signal.SIGTERM)
