@@ -222,6 +222,16 @@ def main():
         result["submit_to_start_ms"] = {"p50": q(0.5), "p90": q(0.9), "p99": q(0.99), "max": round(lat[-1], 2)}
         s.send_signal(signal.SIGTERM)
         s.wait(timeout=60)
+        if a.db.startswith("postgres") and shutil.which("psql"):
+            # Row versions written per item: the server's backends report
+            # their counts when they end, with the serve process.
+            serve.send_signal(signal.SIGTERM)
+            serve.wait(timeout=60)
+            total = a.exec_items + a.items + a.probes
+            q = (f"SELECT n_tup_upd FROM pg_stat_user_tables WHERE schemaname = '{schema}' AND relname = 'items'")
+            out = subprocess.run(["psql", a.db, "-Atc", q], capture_output=True, text=True, check=False).stdout.strip()
+            if out.isdigit():
+                result["item_row_updates_per_item"] = round(int(out) / total, 3)
         print(json.dumps(result, indent=2))
     finally:
         for p in procs[::-1]:
