@@ -78,14 +78,7 @@ type itemFields Item
 // string, with "payload_encoding" and "input_encoding" naming which. Nil
 // bytes are left out.
 func (it Item) MarshalJSON() ([]byte, error) {
-	v := itemBytesJSON{itemFields: itemFields(it)}
-	if it.Payload != nil {
-		v.Payload, v.PayloadEncoding = EncodeBytes(it.Payload)
-	}
-	if it.Input != nil {
-		v.Input, v.InputEncoding = EncodeBytes(it.Input)
-	}
-	return json.Marshal(v)
+	return appendItemJSON(make([]byte, 0, 512+len(it.Payload)+len(it.Input)), it)
 }
 
 // UnmarshalJSON reads what MarshalJSON writes, and the JSON of older

@@ -23,9 +23,10 @@ import (
 // queue and events mean the same for both.
 //
 // An item handed out is started at hand-out: a worker asks only for what
-// it can start, so the start is recorded (MarkStarted) in the same call,
-// and a worker that vanishes costs its items a lost attempt when their
-// leases expire, as a crashed process does. Each lease keeps in this
+// it can start, so the start is recorded in the same call (by the claim
+// itself, or by MarkStarted once a paced stage's slots came), and a worker
+// that vanishes costs its items a lost attempt when their leases expire,
+// as a crashed process does. Each lease keeps in this
 // process the permit it took from the stage's flow and its breaker
 // admission until its result, its release or its expiry.
 
@@ -575,8 +576,15 @@ func (e *engine) leaseOnce(ctx, waitCtx context.Context, p *Pipeline, si int, re
 		}
 		return nil, time.Time{}, nil
 	}
+	// Handed out is started: the worker asked only for what it can start.
+	// Items of a stage that is not paced start now, and the claim records
+	// it; a paced stage's items start when their slots come (below).
+	var startedAt time.Time
+	if !paced {
+		startedAt = now
+	}
 	claimed, err := e.store.Claim(ctx, ClaimRequest{Owner: req.Worker, Pipelines: []string{p.Name}, Only: []StageKey{k},
-		Limit: n, LeaseUntil: now.Add(req.Lease), Now: now})
+		Limit: n, LeaseUntil: now.Add(req.Lease), Now: now, StartedAt: startedAt})
 	if err != nil {
 		e.ext.unreserve(k, n)
 		for _, pm := range permits {
@@ -640,26 +648,28 @@ func (e *engine) leaseOnce(ctx, waitCtx context.Context, p *Pipeline, si int, re
 	if len(ls) == 0 {
 		return nil, time.Time{}, nil
 	}
-	// Handed out is started: the worker asked only for what it can start.
-	start := e.cfg.Now()
-	marks := make([]StartMark, len(ls))
-	for i, l := range ls {
+	start := now
+	if paced {
+		start = e.cfg.Now()
+	}
+	for _, l := range ls {
 		l.started = start
-		marks[i] = StartMark{Lease: LeaseRef{ItemID: l.item.ID, Token: l.token}, At: start}
 	}
 	mctx := context.WithoutCancel(ctx)
-	lost, err := e.store.MarkStarted(mctx, marks)
-	if err != nil {
-		// Without a recorded start a worker that dies would not be charged:
-		// give the items back rather than hand them out.
-		refs := make([]LeaseRef, len(ls))
-		for i, l := range ls {
-			refs[i] = LeaseRef{ItemID: l.item.ID, Token: l.token}
-			l.drop("not handed out: recording the start failed")
+	var lost []int64
+	if paced {
+		if lost, err = e.markExternalStarts(mctx, ls, start); err != nil {
+			// Without a recorded start a worker that dies would not be
+			// charged: give the items back rather than hand them out.
+			refs := make([]LeaseRef, len(ls))
+			for i, l := range ls {
+				refs[i] = LeaseRef{ItemID: l.item.ID, Token: l.token}
+				l.drop("not handed out: recording the start failed")
+			}
+			e.ext.unreserve(k, len(ls))
+			_ = e.store.Release(mctx, refs, e.cfg.Now())
+			return nil, time.Time{}, fmt.Errorf("redrive: lease external work: record starts: %w", err)
 		}
-		e.ext.unreserve(k, len(ls))
-		_ = e.store.Release(mctx, refs, e.cfg.Now())
-		return nil, time.Time{}, fmt.Errorf("redrive: lease external work: record starts: %w", err)
 	}
 	until := now.Add(req.Lease)
 	if start.Sub(now) > req.Lease/4 {
@@ -718,6 +728,17 @@ func (e *engine) leaseOnce(ctx, waitCtx context.Context, p *Pipeline, si int, re
 		}
 	}
 	return out, time.Time{}, nil
+}
+
+// markExternalStarts records the start of leases whose claim did not: a
+// paced stage's, after their slots came. It returns the items whose lease
+// was lost meanwhile.
+func (e *engine) markExternalStarts(ctx context.Context, ls []*extLease, start time.Time) ([]int64, error) {
+	marks := make([]StartMark, len(ls))
+	for i, l := range ls {
+		marks[i] = StartMark{Lease: LeaseRef{ItemID: l.item.ID, Token: l.token}, At: start}
+	}
+	return e.store.MarkStarted(ctx, marks)
 }
 
 // minCap is the smaller of two caps, where 0 means none.

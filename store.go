@@ -223,6 +223,12 @@ type ClaimRequest struct {
 	// LeaseUntil is when the new leases expire.
 	LeaseUntil time.Time
 	Now        time.Time
+	// StartedAt, when not zero, records the claimed items' attempts as
+	// started at that time (Item.AttemptStartedAt), in the claim itself,
+	// as MarkStarted would: for a claimer that starts every item it
+	// claims at once. Default zero: the claim clears the mark. Claim
+	// only; ClaimExpired ignores it.
+	StartedAt time.Time
 }
 
 // Lease is a claimed item and its fencing token.

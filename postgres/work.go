@@ -313,11 +313,15 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 func (s *Store) claimSQL(req redrive.ClaimRequest) (string, args) {
 	var a args
 	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
+	var started *time.Time // NULL: the claim clears the start mark
+	if !req.StartedAt.IsZero() {
+		started = &req.StartedAt
+	}
 	// + 1: from even to odd, as a running item's token is (see Complete).
 	// The walk of items_ready stops after the batch: every row it meets
 	// is due unless a clock runs ahead of this one.
 	return `UPDATE ` + s.q + `.items SET state = 'running', lease_token = lease_token + 1,
-		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `, attempt_started_at = NULL
+		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `, attempt_started_at = ` + a.add(started) + `
 	WHERE id = ANY(ARRAY(SELECT c.id FROM ` + s.q + `.items c
 		WHERE c.state = 'pending' AND c.ready AND c.next_at <= ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
 		stageFilter(req, "c", &a) + `

@@ -200,11 +200,12 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 	// index, so a ready item that a clock ahead of this one made ready is
 	// skipped without reading its row.
 	q := `UPDATE items SET state = 'running', lease_token = lease_token + 1, lease_owner = ?,
-		lease_expires_at = ?, updated_at = ?, attempt_started_at = NULL
+		lease_expires_at = ?, updated_at = ?, attempt_started_at = ?
 		WHERE id IN (SELECT id FROM items INDEXED BY items_ready WHERE ` + strings.Join(where, " AND ") + `
 			ORDER BY priority DESC, order_at, id LIMIT ?)
 		RETURNING ` + itemCols
-	args = append([]any{req.Owner, tnz(req.LeaseUntil), tnz(req.Now)}, args...)
+	// A zero StartedAt is NULL: the claim clears the start mark.
+	args = append([]any{req.Owner, tnz(req.LeaseUntil), tnz(req.Now), tn(req.StartedAt)}, args...)
 	args = append(args, req.Limit)
 	leases, err := s.claim(ctx, "claim", q, args, req.Limit, tnz(req.Now), promoteBatch(req.Limit))
 	if err != nil {

@@ -72,6 +72,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"Release", testRelease},
 		{"StartMarks", testStartMarks},
 		{"PaceWaits", testPaceWaits},
+		{"ClaimStarted", testClaimStarted},
 		{"CompleteStates", testCompleteStates},
 		{"CompleteBatch", testCompleteBatch},
 		{"CountsAddUp", testCountsAddUp},

@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/jsonappend"
 )
 
 // apiError is the body of every error response.
@@ -35,10 +36,15 @@ func writeJSON(w http.ResponseWriter, code int, v any) {
 		buf.Reset()
 		buf.WriteString(`{"error":"encoding the response failed"}` + "\n")
 	}
+	writeJSONBytes(w, code, buf.Bytes())
+}
+
+// writeJSONBytes answers b, a JSON document as writeJSON writes one.
+func writeJSONBytes(w http.ResponseWriter, code int, b []byte) {
 	w.Header().Set("Content-Type", "application/json; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	w.WriteHeader(code)
-	_, _ = w.Write(buf.Bytes())
+	_, _ = w.Write(b)
 }
 
 func writeError(w http.ResponseWriter, code int, field, msg string) {
@@ -576,15 +582,28 @@ func (s *server) writeItems(w http.ResponseWriter, r *http.Request, f redrive.It
 		s.fail(w, r, "list items", err)
 		return
 	}
-	resp := listResponse[itemView]{Data: make([]itemView, 0, min(len(items), limit))}
-	for i, it := range items {
-		if i == limit {
-			resp.NextCursor = encodeCursor(cursorItems, items[limit-1].ID)
-			break
-		}
-		resp.Data = append(resp.Data, viewItem(it, inc))
+	// The page is listResponse[itemView]'s JSON, written item by item.
+	next := ""
+	if len(items) > limit {
+		items, next = items[:limit], encodeCursor(cursorItems, items[limit-1].ID)
 	}
-	writeJSON(w, http.StatusOK, resp)
+	b := make([]byte, 0, 64+len(items)*768)
+	b = append(b, `{"data":[`...)
+	for i, it := range items {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		if b, err = viewItem(it, inc).appendJSON(b); err != nil {
+			s.fail(w, r, "list items", err)
+			return
+		}
+	}
+	b = append(b, ']')
+	if next != "" {
+		b = append(b, `,"next_cursor":`...)
+		b = jsonappend.String(b, next)
+	}
+	writeJSONBytes(w, http.StatusOK, append(b, "}\n"...))
 }
 
 // itemDetail is the response of GET /api/v1/items/{id}.

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/jsonappend"
 )
 
 // This file serves results in bulk: items with their bytes in one JSON
@@ -28,21 +29,19 @@ type itemView struct {
 	outputEncoding string
 }
 
-// MarshalJSON writes the item's object with "output" and
-// "output_encoding" added when there is an output.
-func (v itemView) MarshalJSON() ([]byte, error) {
-	// Item's own MarshalJSON, not json.Marshal of it, which would check
-	// and compact its compact output once more.
-	b, err := v.item.MarshalJSON()
+// appendJSON appends the item's object, with "output" and
+// "output_encoding" added when there is an output, as the JSON encoder
+// would write it, without the encoder's second pass over every item.
+func (v itemView) appendJSON(b []byte) ([]byte, error) {
+	b, err := v.item.AppendJSON(b)
 	if err != nil || v.output == nil {
 		return b, err
 	}
-	enc, _ := json.Marshal(v.outputEncoding)
-	out := append(b[:len(b)-1], `,"output":`...) // b ends with the object's '}'
-	out = append(out, v.output...)
-	out = append(out, `,"output_encoding":`...)
-	out = append(out, enc...)
-	return append(out, '}'), nil
+	b = append(b[:len(b)-1], `,"output":`...) // b ends with the object's '}'
+	b = jsonappend.Raw(b, v.output)
+	b = append(b, `,"output_encoding":`...)
+	b = jsonappend.String(b, v.outputEncoding)
+	return append(b, '}'), nil
 }
 
 // includes are the optional parts of an item in a list.
