@@ -78,6 +78,14 @@ func appendItemJSON(b []byte, it Item) ([]byte, error) {
 	if b, err = jsonappend.Time(b, it.UpdatedAt); err != nil {
 		return nil, err
 	}
+	if it.TraceParent != "" {
+		b = append(b, `,"traceparent":`...)
+		b = jsonappend.String(b, it.TraceParent)
+	}
+	if it.TraceState != "" {
+		b = append(b, `,"tracestate":`...)
+		b = jsonappend.String(b, it.TraceState)
+	}
 	if it.Reason != nil {
 		r, err := json.Marshal(it.Reason)
 		if err != nil {
