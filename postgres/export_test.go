@@ -31,7 +31,7 @@ func ClaimPlans(ctx context.Context, s *Store, req redrive.ClaimRequest, bare bo
 		if promote, err = explain(s.promoteSQL(), req.Now, promoteBatch(req.Limit)); err != nil {
 			return err
 		}
-		sql, a := s.claimSQL(req)
+		sql, a := s.claimSQL(req, nil)
 		claim, err = explain(sql, a...)
 		return err
 	})
