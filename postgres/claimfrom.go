@@ -30,7 +30,9 @@ import (
 // a claim walks items_ready from its head again when its shape's point is
 // older than resumeFor, so an item another process made ready ahead of
 // this process's point is claimed, in order, within resumeFor; and so is
-// an item whose claim by another claimer of this process rolled back.
+// an item whose claim by another claimer of this process rolled back, and
+// a ready item that was not due yet when a claim passed it (written with
+// a clock ahead of the claimer's).
 
 // resumeFor is how long a resume point serves before a claim of its shape
 // walks items_ready from the head again.
