@@ -47,6 +47,8 @@ func (s *Store) RetryNow(ctx context.Context, f redrive.ItemFilter, now time.Tim
 	if err != nil {
 		return 0, s.fail("retry now", err)
 	}
+	// Items made ready anywhere in claim order (claimfrom.go).
+	s.resume.forget()
 	return int(n), nil
 }
 

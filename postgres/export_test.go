@@ -2,6 +2,7 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
@@ -31,7 +32,7 @@ func ClaimPlans(ctx context.Context, s *Store, req redrive.ClaimRequest, bare bo
 		if promote, err = explain(s.promoteSQL(), req.Now, promoteBatch(req.Limit)); err != nil {
 			return err
 		}
-		sql, a := s.claimSQL(req)
+		sql, a := s.claimSQL(req, nil)
 		claim, err = explain(sql, a...)
 		return err
 	})
@@ -88,3 +89,45 @@ func SamplesPlan(ctx context.Context, s *Store, g redrive.ErrorGroup) (string, e
 	})
 	return plan, err
 }
+
+// ClaimBuffers runs the claim statement of req in a transaction it rolls
+// back, once from the head of items_ready and once resuming at the item
+// (priority, orderAt, id), and returns the shared buffers each read.
+func ClaimBuffers(ctx context.Context, s *Store, req redrive.ClaimRequest, priority int, orderAt time.Time, id int64) (head, resumed int, err error) {
+	run := func(from *readyKey) (int, error) {
+		var n int
+		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, planSettings); err != nil {
+				return err
+			}
+			sql, a := s.claimSQL(req, from)
+			rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, BUFFERS, FORMAT JSON) `+sql, a...)
+			if err != nil {
+				return err
+			}
+			plans, err := pgx.CollectRows(rows, pgx.RowTo[[]map[string]any])
+			if err != nil {
+				return err
+			}
+			if len(plans) != 1 || len(plans[0]) != 1 {
+				return fmt.Errorf("unexpected EXPLAIN output %v", plans)
+			}
+			plan, _ := plans[0][0]["Plan"].(map[string]any)
+			hit, _ := plan["Shared Hit Blocks"].(float64)
+			read, _ := plan["Shared Read Blocks"].(float64)
+			n = int(hit + read)
+			return errRollback
+		})
+		if errors.Is(err, errRollback) {
+			err = nil
+		}
+		return n, err
+	}
+	if head, err = run(nil); err != nil {
+		return 0, 0, err
+	}
+	resumed, err = run(&readyKey{priority, orderAt.Truncate(time.Microsecond), id})
+	return head, resumed, err
+}
+
+var errRollback = errors.New("roll back")

@@ -172,6 +172,8 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 	if err != nil {
 		return 0, s.fail("redrive from", err)
 	}
+	// Items made ready anywhere in claim order (claimfrom.go).
+	s.resume.forget()
 	return n, nil
 }
 

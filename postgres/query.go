@@ -333,6 +333,8 @@ func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time
 	if err != nil {
 		return 0, s.fail("redrive", err)
 	}
+	// Items made ready anywhere in claim order (claimfrom.go).
+	s.resume.forget()
 	return int(n), nil
 }
 

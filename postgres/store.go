@@ -67,6 +67,7 @@ type Store struct {
 	completes atomic.Uint64 // Complete calls, to fold run_counts now and then
 	retain    retainCursor  // where DeleteSucceeded goes on (retention.go)
 	vacuum    vacuumer      // the store's own VACUUMs (vacuum.go)
+	resume    resumePoints  // where claims resume (claimfrom.go)
 }
 
 var (

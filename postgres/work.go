@@ -37,7 +37,28 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 	if err != nil {
 		return nil, s.fail("enqueue", err)
 	}
+	s.resume.lower(firstEnqueued(req, out))
 	return out, nil
+}
+
+// firstEnqueued returns the first of the pending items inserted by req in
+// claim order, or nil.
+func firstEnqueued(req redrive.EnqueueRequest, out []redrive.Enqueued) *readyKey {
+	var first *readyKey
+	for i := range req.Items {
+		it := &req.Items[i]
+		if it.Invalid != "" || i >= len(out) || out[i].Existing {
+			continue
+		}
+		order := it.OrderAt
+		if order.IsZero() {
+			order = req.Now
+		}
+		// As stored: PostgreSQL keeps microseconds.
+		k := readyKey{it.Priority, order.Truncate(time.Microsecond), out[i].ID}
+		first = firstKey(first, &k)
+	}
+	return first
 }
 
 // EnqueueTx is Enqueue in the caller's transaction: the items exist if and
@@ -50,6 +71,10 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReq
 	if err != nil {
 		return nil, s.fail("enqueue", err)
 	}
+	// Before tx commits: a claim that runs in between and misses the
+	// items may resume after them; they are claimed, in order, once
+	// claims walk from the head again (see claimfrom.go).
+	s.resume.lower(firstEnqueued(req, out))
 	return out, nil
 }
 
@@ -292,9 +317,11 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 	if req.Limit <= 0 || len(req.Pipelines) == 0 {
 		return nil, nil
 	}
-	sql, a := s.claimSQL(req)
-	leases, err := s.claimOrdered(ctx, req.Now, promoteBatch(req.Limit), sql, a)
+	t := s.resume.begin(claimShape(req))
+	sql, a := s.claimSQL(req, t.from)
+	leases, promoted, err := s.claimOrdered(ctx, req.Now, promoteBatch(req.Limit), sql, a)
 	if err != nil {
+		s.resume.end(t, nil, nil)
 		return nil, s.fail("claim", err)
 	}
 	slices.SortFunc(leases, func(x, y redrive.Lease) int {
@@ -306,32 +333,70 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 		}
 		return cmp.Compare(x.Item.ID, y.Item.ID)
 	})
+	var first *readyKey
+	if len(leases) > 0 {
+		it := &leases[0].Item
+		first = &readyKey{it.Priority, it.OrderAt, it.ID}
+	}
+	s.resume.end(t, first, promoted)
 	return leases, nil
 }
 
-// claimSQL is the statement that leases the items of req.
-func (s *Store) claimSQL(req redrive.ClaimRequest) (string, args) {
+// claimSQL is the statement that leases the items of req, walking
+// items_ready from its head, or, with from, from the earlier of from and
+// the first item the claim's promotion made ready (see claimfrom.go).
+func (s *Store) claimSQL(req redrive.ClaimRequest, from *readyKey) (string, args) {
 	var a args
 	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
 	var started *time.Time // NULL: the claim clears the start mark
 	if !req.StartedAt.IsZero() {
 		started = &req.StartedAt
 	}
-	// + 1: from even to odd, as a running item's token is (see Complete).
+	cond := `c.state = 'pending' AND c.ready AND c.next_at <= ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
+		stageFilter(req, "c", &a)
+	limit := a.add(req.Limit)
 	// The walk of items_ready stops after the batch: every row it meets
 	// is due unless a clock runs ahead of this one.
+	pick := `SELECT c.id FROM ` + s.q + `.items c WHERE ` + cond + `
+		ORDER BY c.priority DESC, c.order_at, c.id
+		LIMIT ` + limit + ` FOR UPDATE SKIP LOCKED`
+	if from != nil {
+		// Two walks that start at f, the first within f's priority, the
+		// second from the next priority down; the second runs only if the
+		// first leaves the batch short. Each is an index range from its
+		// start, so no entry before f is read.
+		fp, fo, fi := a.add(from.priority), a.add(from.orderAt), a.add(from.id)
+		pick = `WITH f AS MATERIALIZED (SELECT p, o, i FROM (
+				SELECT ` + fp + `::int AS p, ` + fo + `::timestamptz AS o, ` + fi + `::bigint AS i
+				UNION ALL
+				SELECT split_part(x, '|', 1)::int, split_part(x, '|', 2)::timestamptz, split_part(x, '|', 3)::bigint
+				FROM (SELECT nullif(current_setting('redrive.promoted', true), '') AS x) m WHERE x IS NOT NULL) k
+			ORDER BY p DESC, o, i LIMIT 1),
+		same AS (SELECT c.id FROM ` + s.q + `.items c WHERE ` + cond + `
+			AND c.priority = (SELECT p FROM f) AND (c.order_at, c.id) >= ((SELECT o FROM f), (SELECT i FROM f))
+			ORDER BY c.order_at, c.id
+			LIMIT ` + limit + ` FOR UPDATE SKIP LOCKED),
+		below AS (SELECT c.id FROM ` + s.q + `.items c WHERE ` + cond + `
+			AND c.priority < (SELECT p FROM f)
+			ORDER BY c.priority DESC, c.order_at, c.id
+			LIMIT ` + limit + ` FOR UPDATE SKIP LOCKED)
+		SELECT id FROM same UNION ALL SELECT id FROM below LIMIT ` + limit
+	}
+	// + 1: from even to odd, as a running item's token is (see Complete).
 	return `UPDATE ` + s.q + `.items SET state = 'running', lease_token = lease_token + 1,
 		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `, attempt_started_at = ` + a.add(started) + `
-	WHERE id = ANY(ARRAY(SELECT c.id FROM ` + s.q + `.items c
-		WHERE c.state = 'pending' AND c.ready AND c.next_at <= ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
-		stageFilter(req, "c", &a) + `
-		ORDER BY c.priority DESC, c.order_at, c.id
-		LIMIT ` + a.add(req.Limit) + ` FOR UPDATE SKIP LOCKED))
+	WHERE id = ANY(ARRAY(` + pick + `))
 	RETURNING ` + itemCols, a
 }
 
 // planSettings are the planner settings of a claim (see claimOrdered).
 const planSettings = `SELECT set_config('enable_sort', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+
+// claimSettings are planSettings and no JIT: the claim's statements sort
+// a few rows (the first item promoted, the resume key), which disabled
+// sorts price so high that PostgreSQL compiled the plans, for 0.6 s each
+// time, far longer than they run.
+const claimSettings = planSettings + `, set_config('jit', 'off', true)`
 
 // promoteBatch is how many waiting items one claim of limit items
 // promotes at most: more than it takes, so that promotion outpaces claims
@@ -350,8 +415,18 @@ func (s *Store) promoteSQL() string {
 		ORDER BY w.next_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND state = 'pending' AND NOT ready`
 }
 
+// promoteKeySQL is promoteSQL that returns the first item it made ready
+// in claim order, if any, and leaves it in the transaction's setting
+// redrive.promoted for the claim that follows (see claimSQL).
+func (s *Store) promoteKeySQL() string {
+	return `WITH p AS (` + s.promoteSQL() + ` RETURNING priority, order_at, id),
+	m AS (SELECT priority, order_at, id FROM p ORDER BY priority DESC, order_at, id LIMIT 1)
+	SELECT priority, order_at, id, set_config('redrive.promoted', priority || '|' || order_at::text || '|' || id, true) FROM m`
+}
+
 // claimOrdered promotes up to promote waiting items due at now, then runs
-// claim, which leases items, in one transaction and one round trip.
+// claim, which leases items, in one transaction and one round trip. It
+// returns the leases and the first item promoted in claim order, if any.
 //
 // Both statements are planned with sorts and bitmap scans disabled, so
 // that the only plans left walk items_waiting and items_ready in index
@@ -360,29 +435,46 @@ func (s *Store) promoteSQL() string {
 // under-counted ready items (no statistics yet, or statistics taken while
 // the backlog waited): 360 ms instead of 2 ms per claim with 100,000 items
 // due. The settings end with the batch's transaction.
-func (s *Store) claimOrdered(ctx context.Context, now time.Time, promote int, claim string, a args) ([]redrive.Lease, error) {
+func (s *Store) claimOrdered(ctx context.Context, now time.Time, promote int, claim string, a args) ([]redrive.Lease, *readyKey, error) {
 	// A batch is one implicit transaction: the settings are local to it
 	// and the promotion commits with the claim.
 	b := &pgx.Batch{}
-	b.Queue(planSettings)
-	b.Queue(s.promoteSQL(), now, promote)
+	b.Queue(claimSettings)
+	b.Queue(s.promoteKeySQL(), now, promote)
 	b.Queue(claim, a...)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
-	for range 2 {
-		if _, err := br.Exec(); err != nil {
-			return nil, err
-		}
+	if _, err := br.Exec(); err != nil {
+		return nil, nil, err
 	}
 	rows, err := br.Query()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
+	}
+	var promoted *readyKey
+	for rows.Next() {
+		var k readyKey
+		var prio int32
+		var setting string
+		if err := rows.Scan(&prio, &k.orderAt, &k.id, &setting); err != nil {
+			rows.Close()
+			return nil, nil, err
+		}
+		k.priority = int(prio)
+		promoted = &k
+	}
+	if err := rows.Err(); err != nil {
+		return nil, nil, err
+	}
+	rows, err = br.Query()
+	if err != nil {
+		return nil, nil, err
 	}
 	out, err := collectLeases(rows)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
-	return out, br.Close()
+	return out, promoted, br.Close()
 }
 
 // ClaimExpired takes over up to req.Limit running items whose lease expired
@@ -519,19 +611,43 @@ func (s *Store) release(ctx context.Context, op string, leases []redrive.LeaseRe
 	}
 	ids, tokens := splitRefs(leases)
 	// Fenced by token, which the release increments (see Complete); rows
-	// are locked in ID order first (see lockLeased).
-	_, err := s.pool.Exec(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
+	// are locked in ID order first (see lockLeased). The first item
+	// released in claim order moves resume points back (claimfrom.go).
+	rows, err := s.pool.Query(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
 	upd AS (UPDATE `+s.q+`.items i SET state = 'pending', next_at = $3, ready = true,
 			lease_token = i.lease_token + 1, lease_owner = '', lease_expires_at = NULL, updated_at = $3,
 			attempt_started_at = NULL, lease_losses = i.lease_losses + $5
 		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
-		RETURNING i.id)
-	SELECT pg_notify($4, '') FROM (SELECT count(*) AS n FROM upd) c WHERE c.n > 0`, ids, tokens, now, s.channel, losses)
+		RETURNING i.id, i.priority, i.order_at),
+	notified AS (SELECT pg_notify($4, '') FROM (SELECT count(*) AS n FROM upd) c WHERE c.n > 0)
+	SELECT priority, order_at, id FROM upd WHERE (SELECT count(*) FROM notified) >= 0
+	ORDER BY priority DESC, order_at, id LIMIT 1`, ids, tokens, now, s.channel, losses)
 	if err != nil {
 		return s.fail(op, err)
 	}
+	first, err := collectFirstKey(rows)
+	if err != nil {
+		return s.fail(op, err)
+	}
+	s.resume.lower(first)
 	return nil
+}
+
+// collectFirstKey reads rows of (priority, order_at, id), at most one.
+func collectFirstKey(rows pgx.Rows) (*readyKey, error) {
+	var first *readyKey
+	for rows.Next() {
+		var k readyKey
+		var prio int32
+		if err := rows.Scan(&prio, &k.orderAt, &k.id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		k.priority = int(prio)
+		first = firstKey(first, &k)
+	}
+	return first, rows.Err()
 }
 
 // MarkStarted records the start of the attempts of the leases still held
@@ -712,14 +828,15 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 			CASE WHEN u.a_outcome <> 'succeeded' THEN u.a_fp END AS a_fp,
 			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage END AS next_stage,
 			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage_index END AS next_stage_index,
-			CASE WHEN i.stage_index > u.a_stage_index THEN i.payload END AS next_input),
+			CASE WHEN i.stage_index > u.a_stage_index THEN i.payload END AS next_input,
+			i.ready, i.priority, i.order_at),
 	ins AS (
 		INSERT INTO `+s.q+`.attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class, error,
 			started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input, fingerprint)
 		SELECT a_item, a_run, a_pipeline, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error,
 			a_started, a_finished, a_delay, a_hash, next_stage, next_stage_index, next_input, a_fp
 		FROM upd ORDER BY ord)
-	SELECT id, token FROM upd`,
+	SELECT id, token, ready, priority, order_at FROM upd`,
 		ids, tokens, states, stageIdx, stages, attempts, rlws, nextAts, payloads, nows, rHas, rStages, rClasses, rErrs,
 		rAttempts, rAts, aStages, aIdx, aNumbers, aOutcomes, aClasses, aErrs, aStarted, aFinished, delays, aItems, aRuns, aPipelines,
 		failed, aHashes, rFPs, aFPs, ords)
@@ -735,9 +852,16 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 		return nil, s.fail("complete", err)
 	}
 	var r ref
-	_, err = pgx.ForEachRow(rows, []any{&r.id, &r.token}, func() error {
+	var ready bool
+	var prio int32
+	var orderAt time.Time
+	var first *readyKey
+	_, err = pgx.ForEachRow(rows, []any{&r.id, &r.token, &ready, &prio, &orderAt}, func() error {
 		if i, ok := idx[r]; ok {
 			applied[i] = true
+		}
+		if ready {
+			first = firstKey(first, &readyKey{int(prio), orderAt, r.id})
 		}
 		return nil
 	})
@@ -747,6 +871,9 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	if err != nil {
 		return nil, s.fail("complete", err)
 	}
+	// Items completed back to pending and due are ready again, in their
+	// old place in claim order (claimfrom.go).
+	s.resume.lower(first)
 	if s.completes.Add(1)%foldEvery == 0 {
 		s.foldCounts(ctx)
 	}
