@@ -6,6 +6,10 @@ set -u
 cd "$(dirname "$0")/.."
 n=${1:-10}
 st=${2:-0}
+if [ "$st" = 1 ] && ! command -v stress >/dev/null 2>&1; then
+	echo "main-job-runs.sh: STRESS=1 needs Debian's stress (apt-get install stress)" >&2
+	exit 2
+fi
 logs=$(mktemp -d "${TMPDIR:-/tmp}/main-job-runs.XXXXXX")
 for i in $(seq 1 "$n"); do
 	spid=""
