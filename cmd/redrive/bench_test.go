@@ -88,8 +88,11 @@ func TestBenchAudited(t *testing.T) {
 		if want := res.ItemsPerSecond / ((res.AuditedBefore + res.AuditedAfter) / 2); res.WorkOverAudited != want {
 			t.Errorf("work / audited = %v, want %v", res.WorkOverAudited, want)
 		}
-		// Every audited claim takes a whole batch until the last.
-		if res.Audited.ClaimBatch < 100*0.99 || res.Audited.ClaimBatch > 100 || res.Engine.CompleteBatch <= 0 || res.Engine.ClaimWall <= 0 {
+		// An audited claim takes a whole batch unless the due jobs left
+		// are fewer: on PostgreSQL the loops race for the tail, so each
+		// may take one partial batch there, which bounds the mean claim.
+		atLeast := 600.0 / float64(600/100+bench.AuditedLoops)
+		if res.Audited.ClaimBatch < atLeast || res.Audited.ClaimBatch > 100 || res.Engine.CompleteBatch <= 0 || res.Engine.ClaimWall <= 0 {
 			t.Errorf("costs: engine %+v, audited %+v", res.Engine, res.Audited)
 		}
 		if (res.BarePerSecond > 0) != pg {
