@@ -700,175 +700,75 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	// only the first that carries the current token can apply, as it
 	// leaves the item not running. Send each (item, token) pair once; at
 	// most one pair per item matches the item's token.
-	type ref struct{ id, token int64 }
-	idx := make(map[ref]int, len(cs))
-	var (
-		ids, tokens, delays                       []int64
-		states, stages, rStages, rClasses, rErrs  []string
-		aStages, aOutcomes, aClasses, aErrs       []string
-		stageIdx, attempts, rlws, rAttempts, aIdx []int32
-		aNumbers                                  []int32
-		nextAts, nows, rAts, aStarted, aFinished  []time.Time
-		payloads                                  [][]byte
-		aItems, aRuns                             []int64
-		aPipelines                                []string
-		rHas                                      []bool
-		failed                                    []int32
-		aHashes, rFPs, aFPs                       []string
-	)
-	// In item ID order, the order in which the statement locks the items
-	// (see completePlan); ords keeps the completions' own order for their
-	// attempts.
+	idx := make(map[completionRef]int, len(cs))
+	// In item ID order, the order in which the statements lock the items
+	// (see completePlan); the completions' own indexes (ords in the
+	// statements) keep their order for their attempts.
 	order := make([]int, len(cs))
 	for i := range order {
 		order[i] = i
 	}
 	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(cs[x].ItemID, cs[y].ItemID) })
-	var ords []int32
+	uniq := order[:0]
 	for _, i := range order {
-		c := &cs[i]
-		if _, dup := idx[ref{c.ItemID, c.Token}]; dup {
+		r := completionRef{cs[i].ItemID, cs[i].Token}
+		if _, dup := idx[r]; dup {
 			continue
 		}
-		idx[ref{c.ItemID, c.Token}] = i
-		ords = append(ords, int32(i))
-		ids = append(ids, c.ItemID)
-		tokens = append(tokens, c.Token)
-		states = append(states, string(c.State))
-		stageIdx = append(stageIdx, int32(c.StageIndex))
-		stages = append(stages, c.Stage)
-		attempts = append(attempts, int32(c.Attempt))
-		rlws = append(rlws, int32(c.RateLimitWaits))
-		nextAts = append(nextAts, c.NextAt)
-		payloads = append(payloads, c.Payload)
-		nows = append(nows, c.Now)
-		// Dead and canceled items carry a reason, by default the
-		// recorded attempt's; other states carry none.
-		final := c.State == redrive.StateDead || c.State == redrive.StateCanceled
-		r := c.Reason
-		if !final || r == nil {
-			r = &redrive.Reason{Stage: c.Stage, Class: c.Record.Class, Error: c.Record.Error,
-				Attempts: c.Attempt, At: c.Now}
-		}
-		rHas = append(rHas, final)
-		rStages = append(rStages, r.Stage)
-		rClasses = append(rClasses, r.Class)
-		rErrs = append(rErrs, r.Error)
-		rAttempts = append(rAttempts, int32(r.Attempts))
-		rAts = append(rAts, r.At)
-		rFP := ""
-		if final {
-			rFP = redrive.Fingerprint(r.Error)
-		}
-		rFPs = append(rFPs, rFP)
-		rec := &c.Record
-		aItems = append(aItems, rec.ItemID)
-		aRuns = append(aRuns, rec.RunID)
-		aPipelines = append(aPipelines, rec.Pipeline)
-		aStages = append(aStages, rec.Stage)
-		aIdx = append(aIdx, int32(rec.StageIndex))
-		aNumbers = append(aNumbers, int32(rec.Number))
-		aOutcomes = append(aOutcomes, string(rec.Outcome))
-		aClasses = append(aClasses, rec.Class)
-		aErrs = append(aErrs, rec.Error)
-		aStarted = append(aStarted, rec.StartedAt)
-		aFinished = append(aFinished, rec.FinishedAt)
-		delays = append(delays, int64(rec.Delay))
-		failed = append(failed, int32(c.FailedAttempts))
-		aHashes = append(aHashes, rec.ConfigHash)
-		aFP := ""
-		if rec.Outcome != redrive.OutcomeSucceeded {
-			aFP = rFP
-			if !final || rec.Error != r.Error {
-				aFP = redrive.Fingerprint(rec.Error)
-			}
-		}
-		aFPs = append(aFPs, aFP)
+		idx[r] = i
+		uniq = append(uniq, i)
 	}
-	// Fencing is by token: an item's token is odd exactly while it is
-	// running (Claim and every way out of running, Complete and Release,
-	// add 1; ClaimExpired adds 2), so "the token is current and odd" is
-	// "the token is current and the item running". The statement has no
-	// condition on the items alone (not state = 'running', not
-	// id = ANY(...)): with statistics taken while nothing ran, the planner
-	// estimated such a scan at one row and rescanned the completions for
-	// each item it found, quadratically. Without one, each completion
-	// probes items_pkey. The UPDATE returns what the attempts need, so they
-	// are inserted without a second join; a completion that moves the item
-	// on a stage also stores that stage and its input (the item's new
-	// payload) on its attempt, for RedriveFrom (see migration 0010).
+	// The successes with the lowest item IDs go in the narrow statement
+	// of completeSuccess, the rest (from the first completion it cannot
+	// carry on, in ID order) in the full one; so the two statements still
+	// lock the items in one ascending ID order between them.
+	var succ successArgs
+	p := 0
+	for p < len(uniq) && succ.add(&cs[uniq[p]], int32(uniq[p])) {
+		p++
+	}
 	b := &pgx.Batch{}
 	b.Queue(completePlan)
-	b.Queue(`WITH upd AS (
-		UPDATE `+s.q+`.items i SET state = u.state, stage_index = u.stage_index, stage = u.stage,
-			attempt = u.attempt, rate_limit_waits = u.rlw,
-			next_at = CASE WHEN u.state = 'pending' THEN u.next_at ELSE i.next_at END,
-			ready = u.state = 'pending' AND u.next_at <= u.now,
-			payload = coalesce(u.payload, i.payload), lease_token = i.lease_token + 1,
-			lease_owner = '', lease_expires_at = NULL, updated_at = u.now,
-			reason_stage = CASE WHEN u.r_has THEN u.r_stage END,
-			reason_class = CASE WHEN u.r_has THEN u.r_class END,
-			reason_error = CASE WHEN u.r_has THEN u.r_error END,
-			reason_attempts = CASE WHEN u.r_has THEN u.r_attempts END,
-			reason_at = CASE WHEN u.r_has THEN u.r_at END,
-			reason_fingerprint = CASE WHEN u.r_has THEN u.r_fp END,
-			failed_attempts = u.failed
-		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::text[], $6::int[], $7::int[],
-			$8::timestamptz[], $9::bytea[], $10::timestamptz[], $11::bool[], $12::text[], $13::text[], $14::text[],
-			$15::int[], $16::timestamptz[], $17::text[], $18::int[], $19::int[], $20::text[], $21::text[], $22::text[],
-			$23::timestamptz[], $24::timestamptz[], $25::bigint[], $26::bigint[], $27::bigint[], $28::text[],
-			$29::int[], $30::text[], $31::text[], $32::text[], $33::int[])
-		AS u(id, token, state, stage_index, stage, attempt, rlw, next_at, payload, now, r_has, r_stage, r_class, r_error,
-			r_attempts, r_at, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error, a_started, a_finished, a_delay,
-			a_item, a_run, a_pipeline, failed, a_hash, r_fp, a_fp, ord)
-		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1
-		RETURNING i.id, u.token, u.ord, coalesce(nullif(u.a_item, 0), i.id) AS a_item, coalesce(nullif(u.a_run, 0), i.run_id) AS a_run,
-			coalesce(nullif(u.a_pipeline, ''), i.pipeline) AS a_pipeline, u.a_stage, u.a_stage_index, u.a_number, u.a_outcome,
-			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay, u.a_hash,
-			CASE WHEN u.a_outcome <> 'succeeded' THEN u.a_fp END AS a_fp,
-			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage END AS next_stage,
-			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage_index END AS next_stage_index,
-			CASE WHEN i.stage_index > u.a_stage_index THEN i.payload END AS next_input,
-			i.ready, i.priority, i.order_at),
-	ins AS (
-		INSERT INTO `+s.q+`.attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class, error,
-			started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input, fingerprint)
-		SELECT a_item, a_run, a_pipeline, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error,
-			a_started, a_finished, a_delay, a_hash, next_stage, next_stage_index, next_input, a_fp
-		FROM upd ORDER BY ord)
-	SELECT id, token, ready, priority, order_at FROM upd`,
-		ids, tokens, states, stageIdx, stages, attempts, rlws, nextAts, payloads, nows, rHas, rStages, rClasses, rErrs,
-		rAttempts, rAts, aStages, aIdx, aNumbers, aOutcomes, aClasses, aErrs, aStarted, aFinished, delays, aItems, aRuns, aPipelines,
-		failed, aHashes, rFPs, aFPs, ords)
+	if p > 0 {
+		b.Queue(s.completeSuccessSQL(), succ.args()...)
+	}
+	if p < len(uniq) {
+		b.Queue(s.completeFullSQL(), completeFullArgs(cs, uniq[p:])...)
+	}
 	// A batch is one implicit transaction: the settings end with it.
 	br := s.pool.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
 		br.Close()
 		return nil, s.fail("complete", err)
 	}
-	rows, err := br.Query()
-	if err != nil {
-		br.Close()
-		return nil, s.fail("complete", err)
-	}
-	var r ref
-	var ready bool
-	var prio int32
-	var orderAt time.Time
-	var first *readyKey
-	_, err = pgx.ForEachRow(rows, []any{&r.id, &r.token, &ready, &prio, &orderAt}, func() error {
-		if i, ok := idx[r]; ok {
-			applied[i] = true
+	var (
+		r       completionRef
+		ready   bool
+		prio    int32
+		orderAt time.Time
+		first   *readyKey
+	)
+	for range b.Len() - 1 {
+		rows, err := br.Query()
+		if err != nil {
+			br.Close()
+			return nil, s.fail("complete", err)
 		}
-		if ready {
-			first = firstKey(first, &readyKey{int(prio), orderAt, r.id})
+		_, err = pgx.ForEachRow(rows, []any{&r.id, &r.token, &ready, &prio, &orderAt}, func() error {
+			if i, ok := idx[r]; ok {
+				applied[i] = true
+			}
+			if ready {
+				first = firstKey(first, &readyKey{int(prio), orderAt, r.id})
+			}
+			return nil
+		})
+		if err != nil {
+			br.Close()
+			return nil, s.fail("complete", err)
 		}
-		return nil
-	})
-	if cerr := br.Close(); err == nil {
-		err = cerr
 	}
-	if err != nil {
+	if err := br.Close(); err != nil {
 		return nil, s.fail("complete", err)
 	}
 	// Items completed back to pending and due are ready again, in their
