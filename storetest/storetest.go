@@ -75,6 +75,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"ClaimStarted", testClaimStarted},
 		{"CompleteStates", testCompleteStates},
 		{"CompleteBatch", testCompleteBatch},
+		{"CompleteSuccesses", testCompleteSuccesses},
 		{"CountsAddUp", testCountsAddUp},
 		{"SetRunStatus", testSetRunStatus},
 		{"FinishRun", testFinishRun},
