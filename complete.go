@@ -68,7 +68,7 @@ func (e *engine) flush(batch []*task) {
 		t.completing = true
 	}
 	e.mu.Unlock()
-	var comps []Completion
+	comps := make([]Completion, 0, len(batch))
 	var rel, unstarted []LeaseRef
 	for _, t := range batch {
 		switch {

@@ -31,8 +31,10 @@ type successKey struct {
 // statement.
 const maxSuccessKeys = 64
 
-// successArgs gathers the parameters of completeSuccessSQL.
+// successArgs gathers the parameters of completeSuccessSQL; room is how
+// many completions it may carry at most, the capacity of its arrays.
 type successArgs struct {
+	room                 int
 	ids, tokens, runs    []int64
 	ords, keys, numbers  []int32
 	failed               []int32
@@ -101,6 +103,13 @@ func (a *successArgs) add(c *redrive.Completion, ord int32) bool {
 			a.index[k] = n
 		}
 		a.last, a.lastN = k, n
+	}
+	if a.ids == nil {
+		a.ids, a.tokens, a.runs = make([]int64, 0, a.room), make([]int64, 0, a.room), make([]int64, 0, a.room)
+		a.ords, a.keys = make([]int32, 0, a.room), make([]int32, 0, a.room)
+		a.numbers, a.failed = make([]int32, 0, a.room), make([]int32, 0, a.room)
+		a.payloads = make([][]byte, 0, a.room)
+		a.started, a.nows = make([]time.Time, 0, a.room), make([]time.Time, 0, a.room)
 	}
 	a.ids = append(a.ids, c.ItemID)
 	a.tokens = append(a.tokens, c.Token)
