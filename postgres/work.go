@@ -396,7 +396,11 @@ const planSettings = `SELECT set_config('enable_sort', 'off', true), set_config(
 // a few rows (the first item promoted, the resume key), which disabled
 // sorts price so high that PostgreSQL compiled the plans, for 0.6 s each
 // time, far longer than they run.
-const claimSettings = planSettings + `, set_config('jit', 'off', true)`
+//
+// They also set redrive.outbox_unchanged for the batch's transaction
+// (see outboxUnchanged): its promotion leaves items pending and its claim
+// makes them running, neither a state the outbox announces.
+const claimSettings = planSettings + `, set_config('jit', 'off', true), set_config('redrive.outbox_unchanged', 'on', true)`
 
 // promoteBatch is how many waiting items one claim of limit items
 // promotes at most: more than it takes, so that promotion outpaces claims
@@ -550,7 +554,7 @@ func (s *Store) Heartbeat(ctx context.Context, leases []redrive.LeaseRef, until 
 	upd AS (UPDATE `+s.q+`.items i SET lease_expires_at = $3
 		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
-			AND `+countsUnchanged+`
+			AND `+countsUnchanged+` AND `+outboxUnchanged+`
 		RETURNING i.id, i.lease_token)
 	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
@@ -595,6 +599,12 @@ const lockedFirst = `(SELECT count(*) FROM lk) >= 0`
 // once, that is always true.
 const countsUnchanged = `(SELECT set_config('redrive.counts_unchanged', 'on', true)) = 'on'`
 
+// outboxUnchanged is the condition that tells the outbox's update trigger
+// in the same way that the statement moves no item to dead, succeeded or
+// canceled, the only changes it announces (see migration 0025), so that
+// the trigger does not read the statement's rows to find none.
+const outboxUnchanged = `(SELECT set_config('redrive.outbox_unchanged', 'on', true)) = 'on'`
+
 // Release returns the leased items still held to pending, due at now,
 // without recording an attempt, and notifies listeners.
 func (s *Store) Release(ctx context.Context, leases []redrive.LeaseRef, now time.Time) error {
@@ -622,6 +632,7 @@ func (s *Store) release(ctx context.Context, op string, leases []redrive.LeaseRe
 			attempt_started_at = NULL, lease_losses = i.lease_losses + $5
 		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
+			AND `+outboxUnchanged+`
 		RETURNING i.id, i.priority, i.order_at),
 	notified AS (SELECT pg_notify($4, '') FROM (SELECT count(*) AS n FROM upd) c WHERE c.n > 0)
 	SELECT priority, order_at, id FROM upd WHERE (SELECT count(*) FROM notified) >= 0
@@ -669,7 +680,7 @@ func (s *Store) MarkStarted(ctx context.Context, marks []redrive.StartMark) ([]i
 	upd AS (UPDATE `+s.q+`.items i SET attempt_started_at = u.at
 		FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS u(id, token, at)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
-			AND `+countsUnchanged+`
+			AND `+countsUnchanged+` AND `+outboxUnchanged+`
 		RETURNING i.id, i.lease_token)
 	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)

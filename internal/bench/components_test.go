@@ -106,6 +106,10 @@ func BenchmarkPostgresComponents(b *testing.B) {
 		// point 2 could save.
 		{"run_state_not_running", `DROP INDEX items_run_state; CREATE INDEX items_run_state ON items (run_id, state, id) WHERE state <> 'running'`},
 		{"no_run_state", `DROP INDEX items_run_state`},
+		// The outbox's trigger alone (the run counts' trigger keeps the
+		// transition tables captured) and both (none captured).
+		{"no_outbox_trigger", `DROP TRIGGER items_outbox_update ON items`},
+		{"no_transition_tables", `DROP TRIGGER items_outbox_update ON items; DROP TRIGGER items_count_update ON items`},
 	} {
 		b.Run(v.name, func(b *testing.B) {
 			ctx := context.Background()
