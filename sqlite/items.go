@@ -419,6 +419,7 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	type chunk struct {
 		lo, hi   int
 		upd, ins *sql.Stmt // nil: apply one at a time with one1
+		success  bool
 	}
 	var (
 		chunks []chunk
@@ -430,11 +431,14 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 		if hasDuplicate(cs[c.lo:c.hi]) {
 			n = 1
 		}
-		upd, err := s.stmts.get(ctx, completeSQL(n))
+		// A chunk of successes alone binds 25 values a completion, not 35
+		// (see successOnly).
+		c.success = n > 1 && successOnly(cs[c.lo:c.hi])
+		upd, err := s.stmts.get(ctx, completeSQL(n, c.success))
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: complete: %w", err)
 		}
-		ins, err := s.stmts.get(ctx, attemptsSQL(n))
+		ins, err := s.stmts.get(ctx, attemptsSQL(n, c.success))
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: complete: %w", err)
 		}
@@ -449,7 +453,7 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	err := s.writeTx(ctx, "complete", func(tx *sql.Tx) error {
 		for _, c := range chunks {
 			if c.upd != nil {
-				if err := completeChunk(ctx, tx, c.upd, c.ins, cs[c.lo:c.hi], applied[c.lo:c.hi]); err != nil {
+				if err := completeChunk(ctx, tx, c.upd, c.ins, cs[c.lo:c.hi], applied[c.lo:c.hi], c.success); err != nil {
 					return err
 				}
 				continue
@@ -457,7 +461,7 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 			// A chunk naming an item twice is applied one completion at
 			// a time, so that the first completion fences the second.
 			for i := c.lo; i < c.hi; i++ {
-				if err := completeChunk(ctx, tx, one[0], one[1], cs[i:i+1], applied[i:i+1]); err != nil {
+				if err := completeChunk(ctx, tx, one[0], one[1], cs[i:i+1], applied[i:i+1], false); err != nil {
 					return err
 				}
 			}
@@ -483,43 +487,78 @@ func bucket(n int) int {
 	return b
 }
 
-// completeSQL and attemptsSQL build the batch statements for n rows.
-func completeSQL(n int) string {
+// completeSQL and attemptsSQL build the batch statements for n rows: with
+// success, those of chunks that successOnly accepts, which leave out the
+// reason, outcome, class, error and fingerprint columns (the full
+// statements store NULL reasons and fingerprints and empty classes and
+// errors for a success, as these do).
+func completeSQL(n int, success bool) string {
 	var q strings.Builder
 	q.WriteString(`UPDATE items SET state = v.column3, stage = v.column4, stage_index = v.column5,
 		attempt = v.column6, rate_limit_waits = v.column7, next_at = COALESCE(v.column8, items.next_at),
 		ready = COALESCE(v.column8 <= v.column11, 0),
 		payload = CASE WHEN v.column9 THEN v.column10 ELSE items.payload END,
-		lease_owner = NULL, lease_expires_at = NULL, updated_at = v.column11,
-		reason_stage = v.column12, reason_class = v.column13, reason_error = v.column14,
+		lease_owner = NULL, lease_expires_at = NULL, updated_at = v.column11, `)
+	row := "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	if success {
+		q.WriteString(`reason_stage = NULL, reason_class = NULL, reason_error = NULL,
+		reason_attempts = NULL, reason_at = NULL, failed_attempts = v.column12, reason_fingerprint = NULL
+		FROM (VALUES `)
+		row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	} else {
+		q.WriteString(`reason_stage = v.column12, reason_class = v.column13, reason_error = v.column14,
 		reason_attempts = v.column15, reason_at = v.column16, failed_attempts = v.column17,
 		reason_fingerprint = v.column18
 		FROM (VALUES `)
+	}
 	for i := range n {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		q.WriteString(row)
 	}
 	q.WriteString(`) AS v WHERE items.id = v.column1 AND items.lease_token = v.column2 AND items.state = 'running'
 		RETURNING items.id, items.run_id, items.pipeline`)
 	return q.String()
 }
 
-func attemptsSQL(n int) string {
+func attemptsSQL(n int, success bool) string {
 	var q strings.Builder
 	q.WriteString(`INSERT INTO attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class,
 		error, started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input, fingerprint)
-		SELECT column1, column2, column3, column4, column5, column6, column7, column8, column9, column10,
+		`)
+	row := "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	if success {
+		q.WriteString(`SELECT column1, column2, column3, column4, column5, column6, 'succeeded', '', '', column7,
+			column8, column9, column10, column11, column12, column13, NULL FROM (VALUES `)
+		row = "(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)"
+	} else {
+		q.WriteString(`SELECT column1, column2, column3, column4, column5, column6, column7, column8, column9, column10,
 			column11, column12, column13, column14, column15, column16, column17 FROM (VALUES `)
+	}
 	for i := range n {
 		if i > 0 {
 			q.WriteString(", ")
 		}
-		q.WriteString("(?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)")
+		q.WriteString(row)
 	}
 	q.WriteString(`) WHERE column1 IS NOT NULL`)
 	return q.String()
+}
+
+// successOnly reports whether every completion of cs is a success that
+// the success statements can carry: a succeeded attempt with no class or
+// error that leaves its item succeeded or pending (a move to the next
+// stage). Their reasons and fingerprints are NULL either way.
+func successOnly(cs []redrive.Completion) bool {
+	for i := range cs {
+		c := &cs[i]
+		if c.Record.Outcome != redrive.OutcomeSucceeded || c.Record.Class != "" || c.Record.Error != "" ||
+			(c.State != redrive.StateSucceeded && c.State != redrive.StatePending) {
+			return false
+		}
+	}
+	return true
 }
 
 func hasDuplicate(cs []redrive.Completion) bool {
@@ -538,7 +577,7 @@ func hasDuplicate(cs []redrive.Completion) bool {
 // ones with one INSERT (ins). Both statements have bucket(len(cs)) rows:
 // padding rows match no item and insert nothing, so that a few statement
 // sizes stay prepared.
-func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []redrive.Completion, applied []bool) error {
+func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []redrive.Completion, applied []bool, success bool) error {
 	n := bucket(len(cs))
 	args := make([]any, 0, 18*n)
 	for _, c := range cs {
@@ -560,10 +599,19 @@ func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []red
 		if c.Payload != nil {
 			replace = 1
 		}
+		if success {
+			args = append(args, c.ItemID, c.Token, string(c.State), c.Stage, c.StageIndex, c.Attempt, c.RateLimitWaits,
+				next, replace, blob(c.Payload), tnz(c.Now), c.FailedAttempts)
+			continue
+		}
 		args = append(args, c.ItemID, c.Token, string(c.State), c.Stage, c.StageIndex, c.Attempt, c.RateLimitWaits,
 			next, replace, blob(c.Payload), tnz(c.Now), rStage, rClass, rError, rAttempts, rAt, c.FailedAttempts, rFP)
 	}
 	for range n - len(cs) {
+		if success {
+			args = append(args, 0, 0, "", "", 0, 0, 0, nil, 0, nil, 0, 0)
+			continue
+		}
 		args = append(args, 0, 0, "", "", 0, 0, 0, nil, 0, nil, 0, nil, nil, nil, nil, nil, 0, nil)
 	}
 	rows, err := tx.StmtContext(ctx, upd).QueryContext(ctx, args...)
@@ -621,11 +669,20 @@ func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []red
 			}
 			nextStage, nextIndex, nextInput = c.Stage, c.StageIndex, blob(in)
 		}
+		if success {
+			args = append(args, a.ItemID, a.RunID, a.Pipeline, a.Stage, a.StageIndex, a.Number,
+				tn(a.StartedAt), tn(a.FinishedAt), int64(a.Delay), a.ConfigHash, nextStage, nextIndex, nextInput)
+			continue
+		}
 		args = append(args, a.ItemID, a.RunID, a.Pipeline, a.Stage, a.StageIndex, a.Number, string(a.Outcome),
 			a.Class, a.Error, tn(a.StartedAt), tn(a.FinishedAt), int64(a.Delay), a.ConfigHash,
 			nextStage, nextIndex, nextInput, attemptFingerprint(a))
 	}
 	for range n - len(done) {
+		if success {
+			args = append(args, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil)
+			continue
+		}
 		args = append(args, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil, nil)
 	}
 	if _, err := tx.StmtContext(ctx, ins).ExecContext(ctx, args...); err != nil {
