@@ -171,10 +171,12 @@ func TestHeartbeatAndCompleteDoNotDeadlock(t *testing.T) {
 				ls, err := s.Claim(ctx, redrive.ClaimRequest{Owner: "w", Pipelines: []string{"lock"}, Limit: 64, Now: at, LeaseUntil: at.Add(time.Hour)})
 				check("claim", err)
 				refs := make([]redrive.LeaseRef, len(ls))
+				stageOf := make(map[int64]int, len(ls))
 				mu.Lock()
 				for i, l := range ls {
 					refs[i] = l.Ref()
 					held[refs[i]] = true
+					stageOf[l.Item.ID] = l.Item.StageIndex
 				}
 				mu.Unlock()
 				shuffle(rng, refs)
@@ -184,6 +186,14 @@ func TestHeartbeatAndCompleteDoNotDeadlock(t *testing.T) {
 					cs[i] = redrive.Completion{ItemID: r.ItemID, Token: r.Token, State: redrive.StatePending, Stage: "a",
 						NextAt: at, Now: at, Record: redrive.Attempt{Stage: "a", Number: 1, Outcome: redrive.OutcomeRetry,
 							StartedAt: at, FinishedAt: at}}
+					if rng.IntN(2) == 0 {
+						// A success that moves the item on a stage: the
+						// batch's successes below its first retry in ID
+						// order go in the success statement, the rest in
+						// the full one, in one transaction.
+						cs[i].StageIndex = stageOf[r.ItemID] + 1
+						cs[i].Record.StageIndex, cs[i].Record.Outcome = stageOf[r.ItemID], redrive.OutcomeSucceeded
+					}
 				}
 				applied, err := s.Complete(ctx, cs)
 				check("complete", err)
