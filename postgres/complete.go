@@ -12,7 +12,7 @@ type completionRef struct{ id, token int64 }
 
 // successKey is what the successes of a batch mostly share: the item's
 // next state and stage, its counters there, and the attempt's stage,
-// pipeline, delay and configuration hash. completeSuccess sends each
+// pipeline, delay and configuration hash. completeSuccessSQL gets each
 // distinct key once and a key number per completion, not ten parallel
 // arrays of mostly the same values.
 type successKey struct {
@@ -53,7 +53,7 @@ type successArgs struct {
 
 // add appends c, the completion at index ord of the caller's slice, and
 // reports whether the success statement can carry it: a succeeded attempt
-// with no class, error or delay, finished at the completion's time, that
+// with no class or error, finished at the completion's time, that
 // leaves the item succeeded or pending at once (a move to the next stage)
 // and records its attempt on the completed item. Every other completion,
 // failures and whatever carries a reason or a fingerprint, needs the full
