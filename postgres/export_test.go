@@ -131,3 +131,7 @@ func ClaimBuffers(ctx context.Context, s *Store, req redrive.ClaimRequest, prior
 }
 
 var errRollback = errors.New("roll back")
+
+// WaitVacuum waits for the VACUUM the store runs in the background, if
+// any, to end.
+func WaitVacuum(ctx context.Context, s *Store) error { return s.waitVacuum(ctx) }

@@ -11,7 +11,9 @@ import (
 )
 
 // The store vacuums its items table itself once retention has deleted
-// Options.VacuumAfter items, and never with a negative VacuumAfter.
+// Options.VacuumAfter items, and never with a negative VacuumAfter. The
+// VACUUM runs in the background under the store's context: the caller's
+// context canceled right after the delete returns does not cancel it.
 func TestRetentionVacuums(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -34,8 +36,14 @@ func TestRetentionVacuums(t *testing.T) {
 		if _, err := s.Complete(ctx, cs); err != nil {
 			t.Fatal(err)
 		}
-		if n, err := s.DeleteSucceeded(ctx, t0.Add(time.Hour), 0); err != nil || n != 10 {
+		dctx, cancel := context.WithCancel(ctx)
+		n, err := s.DeleteSucceeded(dctx, t0.Add(time.Hour), 0)
+		cancel()
+		if err != nil || n != 10 {
 			t.Fatalf("DeleteSucceeded = %d, %v; want 10", n, err)
+		}
+		if err := postgres.WaitVacuum(ctx, s); err != nil {
+			t.Fatal(err)
 		}
 		var vacuums int64
 		if err := s.Pool().QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE schemaname = $1 AND relname = 'items'`,
