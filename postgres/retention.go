@@ -37,16 +37,11 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 	// The runs keep counting what retention deletes (migration 0016): the
 	// statement's transaction sets redrive.counts_unchanged, which the
 	// delete trigger of run_counts skips. Sorts and bitmap scans are off
-	// for the batch's implicit transaction, as for claims (planSettings):
+	// for the batch's implicit transaction, as for claims (claimSettings):
 	// the only plan left walks the index in order.
 	b := &pgx.Batch{}
-	b.Queue(planSettings)
-	b.Queue(`WITH d AS (DELETE FROM `+s.q+`.items WHERE state = 'succeeded' AND `+countsUnchanged+` AND id = ANY(ARRAY(
-		SELECT id FROM `+s.q+`.items WHERE state = 'succeeded' AND updated_at < $1 AND updated_at >= $2
-		ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED)) RETURNING id, updated_at),
-	da AS (DELETE FROM `+s.q+`.attempts WHERE item_id IN (SELECT id FROM d)),
-	dm AS (DELETE FROM `+s.q+`.action_items WHERE item_id IN (SELECT id FROM d))
-	SELECT count(*), max(updated_at) FROM d`, before, from, lim)
+	b.Queue(claimSettings)
+	b.Queue(s.deleteSucceededSQL(), before, from, lim)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	var n int64
@@ -69,6 +64,27 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 		return int(n), err
 	}
 	return int(n), nil
+}
+
+// deleteSucceededSQL is DeleteSucceeded's statement; its arguments are
+// the cutoff, the cursor and the limit (NULL: none).
+//
+// The attempts and audit marks of the deleted items are deleted by
+// item_id = ANY(an array of the deleted IDs), which can only be an index
+// condition, not by item_id IN (the deleted IDs), a semi-join the planner
+// prices from the tables' statistics: once a VACUUM had set those of a
+// never-analyzed table (autovacuum off), it estimated one deleted item and
+// chose a nested loop that walked all of attempts_item once per deleted
+// item, a statement that ran for minutes while retention fell behind by
+// every item the engine finished (docs/engine.md, "PostgreSQL over the
+// long haul").
+func (s *Store) deleteSucceededSQL() string {
+	return `WITH d AS (DELETE FROM ` + s.q + `.items WHERE state = 'succeeded' AND ` + countsUnchanged + ` AND id = ANY(ARRAY(
+		SELECT id FROM ` + s.q + `.items WHERE state = 'succeeded' AND updated_at < $1 AND updated_at >= $2
+		ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED)) RETURNING id, updated_at),
+	da AS (DELETE FROM ` + s.q + `.attempts WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
+	dm AS (DELETE FROM ` + s.q + `.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d)))
+	SELECT count(*), max(updated_at) FROM d`
 }
 
 // retainSlack is how far before the last row it deleted a full batch of

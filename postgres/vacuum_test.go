@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"strings"
 	"testing"
 	"time"
 
@@ -53,5 +54,44 @@ func TestRetentionVacuums(t *testing.T) {
 		if got := vacuums > 0; got != tc.want {
 			t.Errorf("VacuumAfter %d: items vacuumed %d times after 10 deleted items, want vacuumed = %v", tc.after, vacuums, tc.want)
 		}
+	}
+}
+
+// Retention deletes the attempts of the items it deletes through
+// attempts_item whatever the statistics say: once a VACUUM had set the
+// statistics of a table never analyzed, the planner chose a semi-join
+// that walked all of attempts once per deleted item.
+func TestRetentionPlanAfterVacuum(t *testing.T) {
+	t.Parallel()
+	url, schema := pgtest.NewSchema(t)
+	ctx := context.Background()
+	s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema, Migrate: true, VacuumAfter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	run := mustRun(t, s, "p")
+	enqueue(t, s, run, make([]redrive.NewItem, 200)...)
+	var cs []redrive.Completion
+	for _, l := range claim(t, s, "p", 200, t0) {
+		cs = append(cs, done(l, redrive.StateSucceeded, t0))
+	}
+	if _, err := s.Complete(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `VACUUM `+schema+`.items, `+schema+`.attempts`); err != nil {
+		t.Fatal(err)
+	}
+	plan, err := postgres.RetentionPlan(ctx, s, t0.Add(time.Hour), 20000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"Delete on attempts", "Index Cond: (item_id = ANY"} {
+		if !strings.Contains(plan, want) {
+			t.Errorf("retention's plan has no %q:\n%s", want, plan)
+		}
+	}
+	if strings.Contains(plan, "Semi Join") {
+		t.Errorf("retention's plan joins the deleted items:\n%s", plan)
 	}
 }
