@@ -141,7 +141,7 @@ func WaitVacuum(ctx context.Context, s *Store) error { return s.waitVacuum(ctx) 
 func RetentionPlan(ctx context.Context, s *Store, before time.Time, limit int) (string, error) {
 	var plan string
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, claimSettings); err != nil {
+		if _, err := tx.Exec(ctx, retainSettings); err != nil {
 			return err
 		}
 		rows, err := tx.Query(ctx, `EXPLAIN `+s.deleteSucceededSQL(), before, time.Time{}, int64(limit))
