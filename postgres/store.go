@@ -156,7 +156,11 @@ func (s *Store) Channel() string { return s.channel }
 // A VACUUM the store runs in the background (Options.VacuumAfter) is
 // canceled.
 func (s *Store) Close() error {
+	// Under the vacuumer's lock, so that no VACUUM starts (wg.Add) once
+	// the wait below began.
+	s.vacuum.mu.Lock()
 	s.vacuum.cancel()
+	s.vacuum.mu.Unlock()
 	s.vacuum.wg.Wait()
 	s.pool.Close()
 	return nil
