@@ -14,8 +14,9 @@
 # defaults throughout, as benchmarks compared with a default server want);
 # PG_THROWAWAY_PORT sets the first port tried. To keep a cluster up for
 # commands run from elsewhere, run e.g. `sleep infinity` in the background
-# and stop it with kill (the cluster is removed on SIGTERM and SIGINT too);
-# its URL is printed on stderr.
+# (its URL is printed on stderr) and stop it by signalling the process
+# group, COMMAND included (kill -- -PGID): bash runs the cleanup of SIGTERM
+# and SIGINT only once COMMAND has ended.
 #
 # When run as root, the server programs run as the postgres user (they
 # refuse to run as root). initdb and pg_ctl are taken from PATH, else from
