@@ -131,3 +131,26 @@ func ClaimBuffers(ctx context.Context, s *Store, req redrive.ClaimRequest, prior
 }
 
 var errRollback = errors.New("roll back")
+
+// WaitVacuum waits for the VACUUM the store runs in the background, if
+// any, to end.
+func WaitVacuum(ctx context.Context, s *Store) error { return s.waitVacuum(ctx) }
+
+// RetentionPlan returns the plan of DeleteSucceeded's statement, planned
+// as DeleteSucceeded plans it, for a batch of limit items before before.
+func RetentionPlan(ctx context.Context, s *Store, before time.Time, limit int) (string, error) {
+	var plan string
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, retainSettings); err != nil {
+			return err
+		}
+		rows, err := tx.Query(ctx, `EXPLAIN `+s.deleteSucceededSQL(), before, time.Time{}, int64(limit))
+		if err != nil {
+			return err
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		plan = strings.Join(lines, "\n")
+		return err
+	})
+	return plan, err
+}

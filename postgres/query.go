@@ -354,8 +354,8 @@ func (s *Store) Purge(ctx context.Context, f redrive.ItemFilter) (int, error) {
 	var n int64
 	err = s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM `+s.q+`.items WHERE state = ANY(`+a.add(statesText(f.States))+`::text[]) AND id = ANY(ARRAY(
 		SELECT id FROM `+s.q+`.items WHERE `+s.itemWhere(f, &a)+` ORDER BY id`+limitClause(&a, f.Limit)+`)) RETURNING id, run_id),
-	da AS (DELETE FROM `+s.q+`.attempts WHERE item_id IN (SELECT id FROM d)),
-	dm AS (DELETE FROM `+s.q+`.action_items WHERE item_id IN (SELECT id FROM d)),
+	da AS (DELETE FROM `+s.q+`.attempts WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
+	dm AS (DELETE FROM `+s.q+`.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
 	pc AS (INSERT INTO `+s.q+`.run_counts (run_id, state, n) SELECT run_id, 'purged', count(*) FROM d GROUP BY run_id)
 	SELECT count(*) FROM d`, a...).Scan(&n)
 	if err != nil {
@@ -419,8 +419,8 @@ func (s *Store) DeleteFinishedRuns(ctx context.Context, before time.Time, limit 
 func (s *Store) deleteItems(ctx context.Context, del string, a args) (int, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, `WITH d AS (`+del+` RETURNING id),
-	da AS (DELETE FROM `+s.q+`.attempts WHERE item_id IN (SELECT id FROM d)),
-	dm AS (DELETE FROM `+s.q+`.action_items WHERE item_id IN (SELECT id FROM d))
+	da AS (DELETE FROM `+s.q+`.attempts WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
+	dm AS (DELETE FROM `+s.q+`.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d)))
 	SELECT count(*) FROM d`, a...).Scan(&n)
 	return int(n), err
 }

@@ -36,17 +36,12 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 	// Rows another process is deleting are skipped, not waited for.
 	// The runs keep counting what retention deletes (migration 0016): the
 	// statement's transaction sets redrive.counts_unchanged, which the
-	// delete trigger of run_counts skips. Sorts and bitmap scans are off
-	// for the batch's implicit transaction, as for claims (planSettings):
-	// the only plan left walks the index in order.
+	// delete trigger of run_counts skips. Sorts, bitmap scans and
+	// sequential scans are off for the batch's implicit transaction
+	// (retainSettings): the only plans left walk the indexes.
 	b := &pgx.Batch{}
-	b.Queue(planSettings)
-	b.Queue(`WITH d AS (DELETE FROM `+s.q+`.items WHERE state = 'succeeded' AND `+countsUnchanged+` AND id = ANY(ARRAY(
-		SELECT id FROM `+s.q+`.items WHERE state = 'succeeded' AND updated_at < $1 AND updated_at >= $2
-		ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED)) RETURNING id, updated_at),
-	da AS (DELETE FROM `+s.q+`.attempts WHERE item_id IN (SELECT id FROM d)),
-	dm AS (DELETE FROM `+s.q+`.action_items WHERE item_id IN (SELECT id FROM d))
-	SELECT count(*), max(updated_at) FROM d`, before, from, lim)
+	b.Queue(retainSettings)
+	b.Queue(s.deleteSucceededSQL(), before, from, lim)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	var n int64
@@ -69,6 +64,38 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 		return int(n), err
 	}
 	return int(n), nil
+}
+
+// retainSettings are the plan settings of DeleteSucceeded's transaction:
+// claimSettings (no sort, no bitmap scan, no JIT: the batch walks
+// items_succeeded_updated in order) and no sequential scan. Without
+// statistics (autovacuum off: never analyzed) the planner priced a scan
+// of all of attempts, filtered by the batch's 20,000 IDs one by one,
+// below 20,000 lookups in attempts_item; the batch then cost what the
+// table held, and retention deleted 38,000 of 1,600,000 items in eight
+// rounds of the benchmark.
+const retainSettings = claimSettings + `, set_config('enable_seqscan', 'off', true)`
+
+// deleteSucceededSQL is DeleteSucceeded's statement; its arguments are
+// the cutoff, the cursor and the limit (NULL: none).
+//
+// The attempts and audit marks of the deleted items are deleted by
+// item_id = ANY(an array of the deleted IDs), which can only be an index
+// condition, not by item_id IN (the deleted IDs), a semi-join the planner
+// prices from the tables' statistics: once a VACUUM had set those of a
+// never-analyzed table (autovacuum off), it estimated one deleted item and
+// chose a nested loop that walked all of attempts_item once per deleted
+// item, a statement that ran for minutes while retention fell behind by
+// every item the engine finished (docs/engine.md, "PostgreSQL over the
+// long haul"). With retainSettings, the condition is that of an index
+// scan of attempts_item.
+func (s *Store) deleteSucceededSQL() string {
+	return `WITH d AS (DELETE FROM ` + s.q + `.items WHERE state = 'succeeded' AND ` + countsUnchanged + ` AND id = ANY(ARRAY(
+		SELECT id FROM ` + s.q + `.items WHERE state = 'succeeded' AND updated_at < $1 AND updated_at >= $2
+		ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED)) RETURNING id, updated_at),
+	da AS (DELETE FROM ` + s.q + `.attempts WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
+	dm AS (DELETE FROM ` + s.q + `.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d)))
+	SELECT count(*), max(updated_at) FROM d`
 }
 
 // retainSlack is how far before the last row it deleted a full batch of

@@ -117,8 +117,10 @@ func Open(ctx context.Context, url string, opts Options) (*Store, error) {
 		channel: channelName(opts.Schema),
 		opts:    opts,
 	}
+	s.vacuum.ctx, s.vacuum.cancel = context.WithCancel(context.Background())
 	if opts.Migrate {
 		if err := s.Migrate(ctx); err != nil {
+			s.vacuum.cancel()
 			pool.Close()
 			return nil, err
 		}
@@ -150,7 +152,16 @@ func (s *Store) Schema() string { return s.schema }
 func (s *Store) Channel() string { return s.channel }
 
 // Close closes the pool. Calls in flight finish first.
+//
+// A VACUUM the store runs in the background (Options.VacuumAfter) is
+// canceled.
 func (s *Store) Close() error {
+	// Under the vacuumer's lock, so that no VACUUM starts (wg.Add) once
+	// the wait below began.
+	s.vacuum.mu.Lock()
+	s.vacuum.cancel()
+	s.vacuum.mu.Unlock()
+	s.vacuum.wg.Wait()
 	s.pool.Close()
 	return nil
 }

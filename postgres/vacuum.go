@@ -2,20 +2,33 @@ package postgres
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"sync/atomic"
 )
 
 // vacuumer runs the store's own VACUUMs: one every Options.VacuumAfter
-// items deleted by retention, one at a time in a process.
+// items deleted by retention, one at a time in a process, each in the
+// background of the store.
 type vacuumer struct {
 	deleted atomic.Int64 // items deleted since the last VACUUM began
-	running sync.Mutex
+
+	// ctx is the context of every VACUUM: the store's, canceled by Close,
+	// not the caller's.
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+
+	mu      sync.Mutex
+	running chan struct{} // closed when the running VACUUM ends; nil: none runs
+	err     error         // the last VACUUM's failure, not yet returned
 }
 
-// deleted notes n items deleted by retention and, once Options.VacuumAfter
-// of them were deleted since the last one, vacuums the items, attempts and
-// audit-mark tables before it returns; it reports whether it did.
+// vacuumDeleted notes n items deleted by retention and, once
+// Options.VacuumAfter of them were deleted since the last one began,
+// starts a VACUUM of the items, attempts and audit-mark tables in the
+// background; it reports whether it started one, and returns the failure
+// of an earlier VACUUM that no call returned yet, for retention to log.
 //
 // A queue table on which every item is inserted, updated two or more times
 // and deleted leaves dead row versions in the table and dead entries in
@@ -25,22 +38,64 @@ type vacuumer struct {
 // 1,000,000-item rounds went 0.50 times as fast by the fifth
 // (docs/BENCHMARKS.md). A VACUUM takes no lock that blocks reads or
 // writes; SKIP_LOCKED skips a table another VACUUM (autovacuum's, or
-// another process's) is working on instead of waiting for it. It runs at
-// the end of a retention batch, on retention's goroutine, so that the
-// engine's own statements never wait for it; a failure is returned for
-// retention to log, and the count starts again.
-func (s *Store) vacuumDeleted(ctx context.Context, n int) (bool, error) {
+// another process's) is working on instead of waiting for it.
+//
+// The VACUUM runs on a goroutine of its own, under the store's context,
+// not the caller's: on retention's goroutine, retention stopped deleting
+// for as long as it ran (tens of seconds on a table of a few GB), and a
+// client that stopped canceled it, which loses the work of all but its
+// first phase: in rounds of the benchmark, each of which stops its client,
+// every VACUUM was canceled before it ended and the tables grew by a
+// round's dead rows every round (docs/engine.md, "PostgreSQL over the
+// long haul"). Close cancels a VACUUM still running. A VACUUM that failed
+// or was canceled leaves the count where it was, so that the next batch
+// of retention starts another.
+func (s *Store) vacuumDeleted(_ context.Context, n int) (bool, error) {
 	if s.opts.VacuumAfter < 0 || n <= 0 {
 		return false, nil
 	}
 	v := &s.vacuum
-	if v.deleted.Add(int64(n)) < int64(s.opts.VacuumAfter) || !v.running.TryLock() {
-		return false, nil
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	err := v.err
+	v.err = nil
+	if v.deleted.Add(int64(n)) < int64(s.opts.VacuumAfter) || v.running != nil || v.ctx.Err() != nil {
+		return false, err
 	}
-	defer v.running.Unlock()
 	v.deleted.Store(0)
-	if _, err := s.pool.Exec(ctx, `VACUUM (SKIP_LOCKED) `+s.q+`.items, `+s.q+`.attempts, `+s.q+`.action_items`); err != nil {
-		return false, s.fail("vacuum", err)
+	done := make(chan struct{})
+	v.running = done
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		_, verr := s.pool.Exec(v.ctx, `VACUUM (SKIP_LOCKED) `+s.q+`.items, `+s.q+`.attempts, `+s.q+`.action_items`)
+		v.mu.Lock()
+		defer v.mu.Unlock()
+		if verr != nil {
+			v.deleted.Add(int64(s.opts.VacuumAfter))
+			if !errors.Is(v.ctx.Err(), context.Canceled) {
+				v.err = s.fail("vacuum", verr)
+			}
+		}
+		v.running = nil
+		close(done)
+	}()
+	return true, err
+}
+
+// waitVacuum waits for the VACUUM running in the background, if any, to
+// end, or for ctx.
+func (s *Store) waitVacuum(ctx context.Context) error {
+	s.vacuum.mu.Lock()
+	done := s.vacuum.running
+	s.vacuum.mu.Unlock()
+	if done == nil {
+		return nil
 	}
-	return true, nil
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
 }

@@ -7,6 +7,17 @@
 # REDRIVE_TEST_POSTGRES pointing at it, then stops and removes the cluster,
 # whatever happens. Exits with COMMAND's status.
 #
+# The cluster runs PostgreSQL's defaults (autovacuum on) except for
+# durability, which is off for speed: fsync, synchronous_commit and
+# full_page_writes. PG_THROWAWAY_OPTS replaces those three with other server
+# options (e.g. PG_THROWAWAY_OPTS="-c autovacuum=off", or "" for the
+# defaults throughout, as benchmarks compared with a default server want);
+# PG_THROWAWAY_PORT sets the first port tried. To keep a cluster up for
+# commands run from elsewhere, run e.g. `sleep infinity` in the background
+# (its URL is printed on stderr) and stop it by signalling the process
+# group, COMMAND included (kill -- -PGID): bash runs the cleanup of SIGTERM
+# and SIGINT only once COMMAND has ended.
+#
 # When run as root, the server programs run as the postgres user (they
 # refuse to run as root). initdb and pg_ctl are taken from PATH, else from
 # /usr/lib/postgresql/*/bin (newest first). When PostgreSQL is not installed
@@ -89,6 +100,7 @@ port_free() {
 	! (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null
 }
 PORT=${PG_THROWAWAY_PORT:-55432}
+OPTS=${PG_THROWAWAY_OPTS--c fsync=off -c synchronous_commit=off -c full_page_writes=off}
 while ! port_free "$PORT"; do
 	PORT=$((PORT + 1))
 done
@@ -98,7 +110,7 @@ as_pg "$INITDB" -D "$DATA" -U postgres --auth=trust --no-sync -E UTF8 >"$DIR/ini
 	exit 1
 }
 if ! as_pg "$PG_CTL" start -w -t 60 -D "$DATA" -l "$DIR/server.log" \
-	-o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c fsync=off -c synchronous_commit=off -c full_page_writes=off -c max_connections=200" >/dev/null; then
+	-o "-p $PORT -k $DIR -c listen_addresses=127.0.0.1 -c max_connections=200 $OPTS" >/dev/null; then
 	cat "$DIR/server.log" >&2 || true
 	exit 1
 fi

@@ -28,6 +28,7 @@ func newBenchCmd() *cobra.Command {
 		claimLimit, samples           int
 		real                          bench.RealOptions
 		rounds                        int
+		vacuumAfter                   int
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -74,7 +75,7 @@ afterwards, unless --pg-schema is given.`,
 				schema = "redrive_bench_" + strconv.FormatInt(time.Now().UnixNano(), 36)
 				dropSchema = true
 			}
-			store, closeStore, err := openStoreWith(ctx, url, openOptions{Schema: schema, Migrate: true})
+			store, closeStore, err := openStoreWith(ctx, url, openOptions{Schema: schema, Migrate: true, VacuumAfter: vacuumAfter})
 			if err != nil {
 				return err
 			}
@@ -184,6 +185,7 @@ afterwards, unless --pg-schema is given.`,
 	cmd.Flags().IntVar(&samples, "samples", 200, "--shape backlog: timed claims per measurement")
 	cmd.Flags().IntVar(&insertRoundsN, "insert-rounds", 5, "--shape noop on PostgreSQL: after the run, measure the insert against COPY this many times more, alternated, in a scratch schema, and print the median ratio (0: skip)")
 	cmd.Flags().IntVar(&rounds, "rounds", 1, "--shape noop: work --items this many times on the same store, deleting succeeded items as they finish, and compare the last round with the first")
+	cmd.Flags().IntVar(&vacuumAfter, "vacuum-after", 0, "PostgreSQL: items retention deletes between two of the store's own VACUUMs (0: the store's default, 500000; negative: none, autovacuum alone)")
 	cmd.Flags().IntVar(&real.Procs, "procs", 1, "--shape real: worker processes, this one included (PostgreSQL)")
 	cmd.Flags().IntVar(&real.Payload, "payload", 1024, "--shape real: payload bytes per item")
 	cmd.Flags().IntVar(&real.FailPercent, "fail-percent", 5, "--shape real: percentage of attempts that fail and are retried")

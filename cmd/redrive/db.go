@@ -124,6 +124,9 @@ type openOptions struct {
 	// MustExist refuses a SQLite file that does not exist yet, rather than
 	// creating an empty database (for the read and DLQ commands).
 	MustExist bool
+	// VacuumAfter is postgres.Options.VacuumAfter. Default 0: the store's
+	// default.
+	VacuumAfter int
 }
 
 // openStore opens the store named by url: "sqlite:PATH" (also
@@ -159,7 +162,7 @@ func openStoreWith(ctx context.Context, dbURL string, o openOptions) (redrive.St
 		return s, s.Close, nil
 	case storeurl.Postgres:
 		secrets := secretsOf(t.URL)
-		s, err := postgres.Open(ctx, t.URL, postgres.Options{Schema: o.Schema})
+		s, err := postgres.Open(ctx, t.URL, postgres.Options{Schema: o.Schema, VacuumAfter: o.VacuumAfter})
 		if err != nil {
 			return nil, nil, fmt.Errorf("connect to %s: %s", redactURL(t.URL), scrub(err.Error(), secrets...))
 		}

@@ -268,11 +268,14 @@ func Noop(ctx context.Context, store redrive.Store, schema string, items, stages
 		_ = client.Stop(context.Background())
 		return res, ctx.Err()
 	}
+	// Without a timer (rounds with retention), the CPU per item still
+	// shows what a later round costs more than the first; on PostgreSQL
+	// it counts the backends of retention and the store's own VACUUM too.
+	self, server := meter.stop(ctx)
 	if timer != nil {
-		self, server := meter.stop(ctx)
 		res.Engine = timer.cost(items)
-		res.Engine.ProcessCPU, res.Engine.ServerCPU = perItem(self, items), perItem(server, items)
 	}
+	res.Engine.ProcessCPU, res.Engine.ServerCPU = perItem(self, items), perItem(server, items)
 	res.WorkSeconds = end.Sub(t1).Seconds()
 	res.ItemsPerSecond = float64(items) / res.WorkSeconds
 	res.StageCompletionsPS = float64(total) / res.WorkSeconds

@@ -4,9 +4,11 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/postgres"
 )
 
 // RoundsResult is what `redrive bench --rounds N` measured: the no-op
@@ -21,6 +23,10 @@ type RoundsResult struct {
 	// Held is how many succeeded items the store still held after each
 	// round: retention's backlog, which stays small while it keeps pace.
 	Held []int `json:"succeeded_held"`
+	// Relations is, on PostgreSQL, the size of each table, index and
+	// TOAST table of the schema after each round, largest first: where
+	// the database grows.
+	Relations [][]RelationSize `json:"relations,omitempty"`
 	// Ratio is the last round's work rate over the first round's.
 	Ratio float64 `json:"last_over_first"`
 }
@@ -49,8 +55,16 @@ func Rounds(ctx context.Context, store redrive.Store, schema string, progress io
 			return rs, err
 		}
 		rs.Held = append(rs.Held, held)
+		rels, err := relationSizes(ctx, store, schema)
+		if err != nil {
+			return rs, err
+		}
+		if rels != nil {
+			rs.Relations = append(rs.Relations, rels)
+		}
 		if progress != nil {
 			printRound(progress, len(rs.Rounds)-1, r, size, held)
+			printRelations(progress, rels)
 		}
 	}
 	rs.Ratio = rs.Rounds[len(rs.Rounds)-1].ItemsPerSecond / rs.Rounds[0].ItemsPerSecond
@@ -63,11 +77,89 @@ func PrintRounds(w io.Writer, store string, rs RoundsResult) {
 	fmt.Fprintf(w, "store              %s\n", store)
 	for i, r := range rs.Rounds {
 		printRound(w, i, r, rs.Sizes[i], rs.Held[i])
+		if i < len(rs.Relations) {
+			printRelations(w, rs.Relations[i])
+		}
 	}
 	fmt.Fprintf(w, "processed          %d items; last round / first round: %.2f\n", rs.Processed, rs.Ratio)
 }
 
 func printRound(w io.Writer, i int, r Result, size int64, held int) {
-	fmt.Fprintf(w, "round %-3d          insert %.0f items/s  work %.0f items/s  %.0f stage completions/s  database %.1f MB  succeeded held %d\n",
-		i+1, r.InsertPerSecond, r.ItemsPerSecond, r.StageCompletionsPS, float64(size)/1e6, held)
+	fmt.Fprintf(w, "round %-3d          insert %.0f items/s  work %.0f items/s  %.0f stage completions/s  database %.1f MB  succeeded held %d  µs CPU per item %.1f here + %.1f server\n",
+		i+1, r.InsertPerSecond, r.ItemsPerSecond, r.StageCompletionsPS, float64(size)/1e6, held, r.Engine.ProcessCPU, r.Engine.ServerCPU)
+}
+
+// RelationSize is the size of one relation of a PostgreSQL schema: its
+// main fork (pg_relation_size), without its free space and visibility
+// maps; for a TOAST table, with its index.
+type RelationSize struct {
+	Name string `json:"name"`
+	// Kind is "table", "index" or "toast".
+	Kind  string `json:"kind"`
+	Bytes int64  `json:"bytes"`
+	// DeadRows is, for a table, the dead row versions PostgreSQL's
+	// statistics count (pg_stat_user_tables.n_dead_tup, as of the last
+	// report of the backends, so approximate).
+	DeadRows int64 `json:"dead_rows,omitempty"`
+}
+
+// relationSizes reads the size of every relation of schema larger than
+// zero, largest first; nil for a store other than PostgreSQL.
+func relationSizes(ctx context.Context, store redrive.Store, schema string) ([]RelationSize, error) {
+	pg, ok := store.(*postgres.Store)
+	if !ok {
+		return nil, nil
+	}
+	rows, err := pg.Pool().Query(ctx, `SELECT name, kind, bytes, dead FROM (
+		SELECT c.relname::text AS name, CASE c.relkind WHEN 'i' THEN 'index' ELSE 'table' END AS kind,
+			pg_relation_size(c.oid) AS bytes, coalesce(s.n_dead_tup, 0) AS dead
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		LEFT JOIN pg_stat_user_tables s ON s.relid = c.oid
+		WHERE n.nspname = $1 AND c.relkind IN ('r', 'i')
+		UNION ALL
+		SELECT c.relname::text, 'toast', pg_total_relation_size(c.reltoastrelid), 0
+		FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+		WHERE n.nspname = $1 AND c.relkind = 'r' AND c.reltoastrelid <> 0) r
+		WHERE bytes > 0 ORDER BY bytes DESC, name`, schema)
+	if err != nil {
+		return nil, fmt.Errorf("bench: relation sizes: %w", err)
+	}
+	defer rows.Close()
+	var out []RelationSize
+	for rows.Next() {
+		var r RelationSize
+		if err := rows.Scan(&r.Name, &r.Kind, &r.Bytes, &r.DeadRows); err != nil {
+			return nil, fmt.Errorf("bench: relation sizes: %w", err)
+		}
+		out = append(out, r)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, fmt.Errorf("bench: relation sizes: %w", err)
+	}
+	return out, nil
+}
+
+// printRelations writes the relations of at least 1 MB on one line.
+func printRelations(w io.Writer, rels []RelationSize) {
+	if len(rels) == 0 {
+		return
+	}
+	var b strings.Builder
+	for _, r := range rels {
+		if r.Bytes < 1<<20 {
+			continue
+		}
+		if b.Len() > 0 {
+			b.WriteString(", ")
+		}
+		name := r.Name
+		if r.Kind == "toast" {
+			name += " (toast)"
+		}
+		fmt.Fprintf(&b, "%s %.1f", name, float64(r.Bytes)/1e6)
+		if r.DeadRows > 0 {
+			fmt.Fprintf(&b, " (%d dead)", r.DeadRows)
+		}
+	}
+	fmt.Fprintf(w, "  relations MB     %s\n", b.String())
 }
