@@ -144,12 +144,8 @@ func RetentionPlan(ctx context.Context, s *Store, before time.Time, limit int) (
 		if _, err := tx.Exec(ctx, retainSettings); err != nil {
 			return err
 		}
-		rows, err := tx.Query(ctx, `EXPLAIN `+s.deleteSucceededSQL(), before, time.Time{}, int64(limit))
-		if err != nil {
-			return err
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		plan = strings.Join(lines, "\n")
+		var err error
+		plan, err = explainLines(ctx, tx, `EXPLAIN `+s.deleteSucceededSQL(), before, time.Time{}, int64(limit))
 		return err
 	})
 	return plan, err

@@ -47,13 +47,20 @@ func ListItemsPlan(ctx context.Context, s *Store, f redrive.ItemFilter, generic 
 			}
 			explain, a = `EXPLAIN ANALYZE EXECUTE `+name+`(`+strings.Join(ps, ", ")+`)`, nil
 		}
-		rows, err := tx.Query(ctx, explain, a...)
-		if err != nil {
-			return err
-		}
-		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-		plan = strings.Join(lines, "\n")
+		var err error
+		plan, err = explainLines(ctx, tx, explain, a...)
 		return err
 	})
 	return plan, err
+}
+
+// explainLines runs an EXPLAIN statement in tx and returns its plan, one
+// line of the result a line.
+func explainLines(ctx context.Context, tx pgx.Tx, explain string, a ...any) (string, error) {
+	rows, err := tx.Query(ctx, explain, a...)
+	if err != nil {
+		return "", err
+	}
+	lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	return strings.Join(lines, "\n"), err
 }
