@@ -1,12 +1,16 @@
 package main
 
 import (
+	"context"
+	"database/sql"
 	"encoding/json"
+	"path/filepath"
 	"strings"
 	"testing"
 
 	"github.com/redrive/redrive/internal/bench"
 	"github.com/redrive/redrive/internal/pgtest"
+	"github.com/redrive/redrive/sqlite"
 )
 
 // bench --shape start times every probe into an idle engine; on
@@ -57,6 +61,12 @@ func TestBenchRoundsSize(t *testing.T) {
 	if len(rs.Rounds) != 2 || len(rs.Sizes) != 2 || rs.Processed != 400 || rs.Sizes[0] <= 0 || rs.Sizes[1] <= 0 {
 		t.Errorf("result: %+v", rs)
 	}
+	// The first round's 200 items and their attempts are in the size
+	// though the write-ahead log still holds them: the file alone would
+	// be a new store's.
+	if empty := newSQLiteSize(t); rs.Sizes[0] <= empty {
+		t.Errorf("database after round 1: %d bytes, not more than a new store's %d", rs.Sizes[0], empty)
+	}
 	if len(rs.Held) != 2 || rs.Held[0] < 0 || rs.Held[0] > 200 || rs.Held[1] < 0 || rs.Held[1] > 400 {
 		t.Errorf("succeeded items held after the rounds: %v, want 2 counts of at most 200 and 400", rs.Held)
 	}
@@ -106,4 +116,28 @@ func TestBenchAudited(t *testing.T) {
 		url, _ := pgtest.NewSchema(t)
 		check(t, []string{"--db", url}, true)
 	})
+}
+
+// newSQLiteSize is the size of a newly migrated SQLite store, as SQLite
+// counts its pages.
+func newSQLiteSize(t *testing.T) int64 {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "new.db")
+	st, err := sqlite.Open(context.Background(), path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := st.Close(); err != nil {
+		t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer db.Close()
+	var pages, size int64
+	if err := db.QueryRow(`SELECT page_count, page_size FROM pragma_page_count(), pragma_page_size()`).Scan(&pages, &size); err != nil {
+		t.Fatal(err)
+	}
+	return pages * size
 }

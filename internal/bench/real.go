@@ -2,6 +2,7 @@ package bench
 
 import (
 	"context"
+	"database/sql"
 	"errors"
 	"fmt"
 	"hash/fnv"
@@ -362,13 +363,20 @@ func dbSize(ctx context.Context, store redrive.Store, schema string) (int64, err
 		}
 		return n, nil
 	case *sqlite.Store:
-		// The write-ahead log holds copies of pages of the file until
-		// they are checkpointed; the file is the database's size.
-		fi, err := os.Stat(s.Path())
+		// The database's pages, as SQLite counts them: the file alone
+		// holds only what was checkpointed (nothing, after a first round
+		// smaller than the write-ahead log's checkpoint threshold), and
+		// the file plus its log counts a page once per version logged.
+		db, err := sql.Open("sqlite", s.Path()+"?_pragma=busy_timeout(5000)")
 		if err != nil {
-			return 0, err
+			return 0, fmt.Errorf("bench: database size: %w", err)
 		}
-		return fi.Size(), nil
+		defer db.Close()
+		var pages, size int64
+		if err := db.QueryRowContext(ctx, `SELECT page_count, page_size FROM pragma_page_count(), pragma_page_size()`).Scan(&pages, &size); err != nil {
+			return 0, fmt.Errorf("bench: database size: %w", err)
+		}
+		return pages * size, nil
 	}
 	return 0, nil
 }
