@@ -44,14 +44,38 @@ const AuditedLoops = 4
 func Audited(ctx context.Context, store redrive.Store, schema string, n, batch, loops int, payload []byte) (float64, Cost, error) {
 	switch s := store.(type) {
 	case *postgres.Store:
-		return auditedPostgres(ctx, s, schema, n, batch, loops, payload)
+		return auditedPostgres(ctx, s, schema, n, batch, loops, payload, "")
 	case *sqlite.Store:
 		return auditedSQLite(ctx, s, n, batch, loops, payload)
 	}
 	return 0, Cost{}, errors.New("bench: the audited bare loop needs PostgreSQL or SQLite")
 }
 
-func auditedPostgres(ctx context.Context, s *postgres.Store, schema string, n, batch, loops int, payload []byte) (float64, Cost, error) {
+// auditedWide is DDL that gives the audited loop's job table (bare_jobs)
+// the width of redrive's items rows on the claim path: the columns a
+// claim and a completion carry along unchanged (run, pipeline, stage,
+// counters, times; 160 bytes a row against 72) and the indexes every
+// claim or completion enters besides the primary key (by run and state,
+// by lease expiry, succeeded by update time). The components benchmark
+// runs the loop on it to price a narrow table of active items: what the
+// row's width costs apart from its indexes (docs/BENCHMARKS.md).
+const auditedWide = `ALTER TABLE bare_jobs ADD COLUMN run_id bigint NOT NULL DEFAULT 1,
+		ADD COLUMN pipeline text NOT NULL DEFAULT 'bench', ADD COLUMN stage text NOT NULL DEFAULT 'work',
+		ADD COLUMN stage_index int NOT NULL DEFAULT 0, ADD COLUMN priority int NOT NULL DEFAULT 0,
+		ADD COLUMN attempt int NOT NULL DEFAULT 0, ADD COLUMN rate_limit_waits int NOT NULL DEFAULT 0,
+		ADD COLUMN enqueued_at timestamptz NOT NULL DEFAULT now(), ADD COLUMN next_at timestamptz NOT NULL DEFAULT now(),
+		ADD COLUMN failed_attempts int NOT NULL DEFAULT 0, ADD COLUMN order_at timestamptz NOT NULL DEFAULT now(),
+		ADD COLUMN ready bool NOT NULL DEFAULT true, ADD COLUMN lease_losses int NOT NULL DEFAULT 0`
+
+// auditedWideIndexes are the indexes of auditedWide.
+const auditedWideIndexes = `CREATE INDEX ON bare_jobs (run_id, state, id);
+	CREATE INDEX ON bare_jobs (lease_expires_at) WHERE lease_expires_at IS NOT NULL;
+	CREATE INDEX ON bare_jobs (updated_at) WHERE state = 'succeeded'`
+
+// auditedPostgres runs the audited loop on PostgreSQL; shape, DDL run in
+// schema after the tables are made and before they are filled, changes
+// them for the components benchmark ("" for the loop as documented).
+func auditedPostgres(ctx context.Context, s *postgres.Store, schema string, n, batch, loops int, payload []byte, shape string) (float64, Cost, error) {
 	pool := s.Pool()
 	q := pgx.Identifier{schema}.Sanitize()
 	jobs, attempts := q+".bare_jobs", q+".bare_attempts"
@@ -66,6 +90,11 @@ func auditedPostgres(ctx context.Context, s *postgres.Store, schema string, n, b
 			outcome text NOT NULL, started_at timestamptz NOT NULL, finished_at timestamptz NOT NULL);
 		CREATE INDEX ON `+attempts+` (job_id, id)`); err != nil {
 		return 0, Cost{}, fmt.Errorf("bench: audited bare loop: %w", err)
+	}
+	if shape != "" {
+		if _, err := pool.Exec(ctx, `SET search_path TO `+q+`; `+shape+`; RESET search_path`); err != nil {
+			return 0, Cost{}, fmt.Errorf("bench: audited bare loop: shape: %w", err)
+		}
 	}
 	now := time.Now()
 	rows := make([][]any, n)

@@ -129,12 +129,29 @@ func BenchmarkPostgresComponents(b *testing.B) {
 			}
 		})
 	}
-	b.Run("audited_loop", func(b *testing.B) {
-		for range b.N {
-			url, schema := pgtest.NewSchema(b)
-			auditedComponents(b, pgtest.OpenStoreAt(b, url, schema), schema)
-		}
-	})
+	// The audited loop as documented, then on a job row as wide as the
+	// items' (auditedWide), without and with the items' claim-path
+	// indexes: whether a narrow table of active items would pay.
+	for _, v := range []schemaVariant{
+		{"audited_loop", ""},
+		{"audited_wide_row", auditedWide},
+		{"audited_wide_row_indexed", auditedWide + "; " + auditedWideIndexes},
+		{"audited_narrow_row_indexed", `ALTER TABLE bare_jobs ADD COLUMN run_id bigint NOT NULL DEFAULT 1; ` + auditedWideIndexes},
+	} {
+		b.Run(v.name, func(b *testing.B) {
+			for range b.N {
+				url, schema := pgtest.NewSchema(b)
+				s := pgtest.OpenStoreAt(b, url, schema)
+				_, c, err := auditedPostgres(context.Background(), s, schema, componentsItems, 2000, 1, []byte(`{}`), v.ddl)
+				if err != nil {
+					b.Fatal(err)
+				}
+				b.ReportMetric(c.ProcessCPU, "loop-µs/item")
+				b.ReportMetric(c.ServerCPU, "loop-server-µs/item")
+				b.ReportMetric(0, "ns/op")
+			}
+		})
+	}
 }
 
 // auditedComponents reports the CPU time per item of the audited bare
