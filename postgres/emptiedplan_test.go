@@ -17,16 +17,16 @@ import (
 var actualRowsRE = regexp.MustCompile(`actual rows=(\d+) loops=(\d+)`)
 
 // The statements that write the items of leases (completions, heartbeats,
-// releases, start marks) reach those items and no others, whatever the
+// releases, start marks) read no more items than they name, whatever the
 // statistics say. Right after a VACUUM of an items table whose rows were
 // all dead and whose pages it kept, PostgreSQL estimates the table at one
 // row however many it holds; the completion, then planned as a nested loop
 // over items_pkey and the completions, put items outer, walked all of
 // items_pkey and rescanned the 2,000 completions for each item (14.5 s a
 // batch here, 17 s in a benchmark). Checked on a table never vacuumed, on
-// one emptied and vacuumed so, and once analyzed: in every plan, no scan of
-// items reads more rows than the leases name, none runs more than once,
-// and no join discards rows it read.
+// one emptied and vacuumed so, and once analyzed: in every plan, each
+// scan of items is an index scan that reads, over all its runs, no more
+// rows than there are leases, and no join discards rows it read.
 func TestLeaseWritePlansAfterEmptiedVacuum(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -106,8 +106,8 @@ func checkLeaseWritePlan(t *testing.T, what, plan string, n int) {
 			continue
 		}
 		scans++
-		if !strings.Contains(l, "Index Scan using items_pkey") {
-			t.Errorf("%s: items read other than by items_pkey (%s):\n%s", what, strings.TrimSpace(l), plan)
+		if !strings.Contains(l, "Index Scan") {
+			t.Errorf("%s: items read other than by an index (%s):\n%s", what, strings.TrimSpace(l), plan)
 			continue
 		}
 		m := actualRowsRE.FindStringSubmatch(l)
@@ -116,8 +116,8 @@ func checkLeaseWritePlan(t *testing.T, what, plan string, n int) {
 		}
 		rows, _ := strconv.Atoi(m[1])
 		loops, _ := strconv.Atoi(m[2])
-		if loops != 1 || rows > n {
-			t.Errorf("%s: items_pkey read %d rows %d times for %d leases:\n%s", what, rows, loops, n, plan)
+		if rows*loops > n {
+			t.Errorf("%s: a scan of items read %d rows %d times for %d leases (%s):\n%s", what, rows, loops, n, strings.TrimSpace(l), plan)
 		}
 	}
 	if scans == 0 {
