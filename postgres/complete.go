@@ -149,7 +149,7 @@ func (s *Store) completeSuccessSQL() string {
 		FROM unnest($1::bigint[], $2::bigint[], $3::int[], $4::int[], $5::bytea[], $6::timestamptz[],
 			$7::timestamptz[], $8::int[], $9::int[], $10::bigint[])
 		AS u(id, token, ord, k, payload, started, now, number, failed, run)
-		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])
 		RETURNING i.id, u.token, u.ord, u.k, coalesce(nullif(u.run, 0), i.run_id) AS a_run,
 			coalesce(nullif(($18::text[])[u.k], ''), i.pipeline) AS a_pipeline, u.number, u.started, u.now,
 			CASE WHEN i.stage_index > ($17::int[])[u.k] THEN i.stage END AS next_stage,
@@ -172,11 +172,11 @@ func (s *Store) completeSuccessSQL() string {
 // running (Claim and every way out of running, Complete and Release,
 // add 1; ClaimExpired adds 2), so "the token is current and odd" is
 // "the token is current and the item running". The statement has no
-// condition on the items alone (not state = 'running', not
-// id = ANY(...)): with statistics taken while nothing ran, the planner
-// estimated such a scan at one row and rescanned the completions for
-// each item it found, quadratically. Without one, each completion
-// probes items_pkey. The UPDATE returns what the attempts need, so they
+// condition on the items' state (not state = 'running'): with statistics
+// taken while nothing ran, the planner estimated such a scan at one row;
+// its only condition on the items alone, id = ANY(the completions' IDs),
+// bounds any scan of items to the batch, and a hash join of it with the
+// completions is the plan (see completePlan). The UPDATE returns what the attempts need, so they
 // are inserted without a second join; a completion that moves the item
 // on a stage also stores that stage and its input (the item's new
 // payload) on its attempt, for RedriveFrom (see migration 0010).
@@ -203,7 +203,7 @@ func (s *Store) completeFullSQL() string {
 		AS u(id, token, state, stage_index, stage, attempt, rlw, next_at, payload, now, r_has, r_stage, r_class, r_error,
 			r_attempts, r_at, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error, a_started, a_finished, a_delay,
 			a_item, a_run, a_pipeline, failed, a_hash, r_fp, a_fp, ord)
-		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])
 		RETURNING i.id, u.token, u.ord, coalesce(nullif(u.a_item, 0), i.id) AS a_item, coalesce(nullif(u.a_run, 0), i.run_id) AS a_run,
 			coalesce(nullif(u.a_pipeline, ''), i.pipeline) AS a_pipeline, u.a_stage, u.a_stage_index, u.a_number, u.a_outcome,
 			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay, u.a_hash,

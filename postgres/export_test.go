@@ -150,3 +150,57 @@ func RetentionPlan(ctx context.Context, s *Store, before time.Time, limit int) (
 	})
 	return plan, err
 }
+
+// LeaseWritePlans runs, in a transaction it rolls back, each statement that
+// writes the items of leases (Complete's for cs, then the heartbeat's,
+// release's and start mark's for the leases of cs) under EXPLAIN ANALYZE,
+// with the settings the store plans it with, and returns the plans by
+// name.
+func LeaseWritePlans(ctx context.Context, s *Store, cs []redrive.Completion) (map[string]string, error) {
+	plans := map[string]string{}
+	explain := func(name, settings, sql string, args ...any) error {
+		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+			if _, err := tx.Exec(ctx, settings); err != nil {
+				return err
+			}
+			rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS off, TIMING off) `+sql, args...)
+			if err != nil {
+				return fmt.Errorf("%s: %w", name, err)
+			}
+			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+			plans[name] = strings.Join(lines, "\n")
+			if err != nil {
+				return err
+			}
+			return errRollback
+		})
+	}
+	b, _ := s.completeBatch(cs)
+	names := []string{"complete success", "complete full"}
+	if len(b.QueuedQueries) == 2 && b.QueuedQueries[1].SQL == s.completeFullSQL() {
+		names = names[1:]
+	}
+	for i, q := range b.QueuedQueries[1:] {
+		if err := explain(names[i], completePlan, q.SQL, q.Arguments...); err != nil && !errors.Is(err, errRollback) {
+			return nil, err
+		}
+	}
+	ids, tokens := make([]int64, len(cs)), make([]int64, len(cs))
+	ats := make([]time.Time, len(cs))
+	for i, c := range cs {
+		ids[i], tokens[i], ats[i] = c.ItemID, c.Token, c.Now
+	}
+	for _, st := range []struct {
+		name, sql string
+		args      []any
+	}{
+		{"heartbeat", s.heartbeatSQL(), []any{ids, tokens, time.Now().Add(time.Hour)}},
+		{"release", s.releaseSQL(), []any{ids, tokens, time.Now(), s.channel, 0}},
+		{"mark started", s.markStartedSQL(), []any{ids, tokens, ats}},
+	} {
+		if err := explain(st.name, leasePlan, st.sql, st.args...); err != nil && !errors.Is(err, errRollback) {
+			return nil, err
+		}
+	}
+	return plans, nil
+}

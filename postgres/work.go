@@ -550,23 +550,60 @@ func (s *Store) Heartbeat(ctx context.Context, leases []redrive.LeaseRef, until 
 	// changes no count, and says so to the run_counts trigger before the
 	// update runs (see migration 0010): the statement is its own
 	// transaction, so the setting ends with it.
-	rows, err := s.pool.Query(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
-	upd AS (UPDATE `+s.q+`.items i SET lease_expires_at = $3
-		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
-		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
-			AND `+countsUnchanged+` AND `+outboxUnchanged+`
-		RETURNING i.id, i.lease_token)
-	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
-	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
-	ORDER BY u.id`, ids, tokens, until)
-	if err != nil {
-		return nil, s.fail("heartbeat", err)
-	}
-	lost, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	var lost []int64
+	err := s.queryPlanned(ctx, s.heartbeatSQL(), []any{ids, tokens, until}, func(rows pgx.Rows) (err error) {
+		lost, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
 	if err != nil {
 		return nil, s.fail("heartbeat", err)
 	}
 	return lost, nil
+}
+
+// heartbeatSQL is Heartbeat's statement; its arguments are the leases'
+// item IDs and tokens and the new end of the leases.
+func (s *Store) heartbeatSQL() string {
+	return `WITH ` + s.lockLeased("$1", "$2") + `,
+	upd AS (UPDATE ` + s.q + `.items i SET lease_expires_at = $3
+		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])
+			AND ` + lockedFirst + ` AND ` + countsUnchanged + ` AND ` + outboxUnchanged + `
+		RETURNING i.id, i.lease_token)
+	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
+	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
+	ORDER BY u.id`
+}
+
+// releaseSQL is release's statement; its arguments are the leases' item
+// IDs and tokens, the time, the notification channel and the lease losses
+// to count on each item.
+func (s *Store) releaseSQL() string {
+	return `WITH ` + s.lockLeased("$1", "$2") + `,
+	upd AS (UPDATE ` + s.q + `.items i SET state = 'pending', next_at = $3, ready = true,
+			lease_token = i.lease_token + 1, lease_owner = '', lease_expires_at = NULL, updated_at = $3,
+			attempt_started_at = NULL, lease_losses = i.lease_losses + $5
+		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])
+			AND ` + lockedFirst + ` AND ` + outboxUnchanged + `
+		RETURNING i.id, i.priority, i.order_at),
+	notified AS (SELECT pg_notify($4, '') FROM (SELECT count(*) AS n FROM upd) c WHERE c.n > 0)
+	SELECT priority, order_at, id FROM upd WHERE (SELECT count(*) FROM notified) >= 0
+	ORDER BY priority DESC, order_at, id LIMIT 1`
+}
+
+// markStartedSQL is MarkStarted's statement; its arguments are the
+// leases' item IDs and tokens and their start times.
+func (s *Store) markStartedSQL() string {
+	return `WITH ` + s.lockLeased("$1", "$2") + `,
+	upd AS (UPDATE ` + s.q + `.items i SET attempt_started_at = u.at
+		FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS u(id, token, at)
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])
+			AND ` + lockedFirst + ` AND ` + countsUnchanged + ` AND ` + outboxUnchanged + `
+		RETURNING i.id, i.lease_token)
+	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
+	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
+	ORDER BY u.id`
 }
 
 // lockLeased is a WITH query, lk(id, token), that locks the items whose
@@ -581,12 +618,44 @@ func (s *Store) Heartbeat(ctx context.Context, leases []redrive.LeaseRef, until 
 // ID order; its UPDATE then finds them locked by itself. (The condition is
 // a constant, so the UPDATE's plan is unchanged: a join of the UPDATE
 // with lk was planned as a nested loop over lk for every completion,
-// quadratically.)
+// quadratically.) Items are joined as a completion joins them (see
+// completePlan): by ID, and among the IDs named, planned with leasePlan.
 func (s *Store) lockLeased(ids, tokens string) string {
 	return `lk AS MATERIALIZED (SELECT i.id, k.token
 		FROM unnest(` + ids + `::bigint[], ` + tokens + `::bigint[]) AS k(id, token)
 		JOIN ` + s.q + `.items i ON i.id = k.id AND i.lease_token = k.token AND k.token % 2 = 1
+			AND i.id = ANY(` + ids + `::bigint[])
 		ORDER BY i.id FOR UPDATE OF i)`
+}
+
+// leasePlan are the planner settings of the statements that update the
+// items of leases other than a completion (heartbeats, releases, start
+// marks): completePlan's without its ban on hash joins, which the anti
+// join of the leases with the rows updated may use; the rows are locked in
+// ID order by lockLeased's sort, whatever the join.
+const leasePlan = `SELECT set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true),
+	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+
+// queryPlanned runs sql with args after leasePlan in one implicit
+// transaction (a batch), so that the settings end with it, and calls scan
+// on its rows.
+func (s *Store) queryPlanned(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
+	b := &pgx.Batch{}
+	b.Queue(leasePlan)
+	b.Queue(sql, args...)
+	br := s.pool.SendBatch(ctx, b)
+	_, err := br.Exec()
+	if err == nil {
+		var rows pgx.Rows
+		if rows, err = br.Query(); err == nil {
+			err = scan(rows)
+			rows.Close()
+		}
+	}
+	if cerr := br.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // lockedFirst is the condition that makes an UPDATE read lk (see
@@ -626,21 +695,11 @@ func (s *Store) release(ctx context.Context, op string, leases []redrive.LeaseRe
 	// Fenced by token, which the release increments (see Complete); rows
 	// are locked in ID order first (see lockLeased). The first item
 	// released in claim order moves resume points back (claimfrom.go).
-	rows, err := s.pool.Query(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
-	upd AS (UPDATE `+s.q+`.items i SET state = 'pending', next_at = $3, ready = true,
-			lease_token = i.lease_token + 1, lease_owner = '', lease_expires_at = NULL, updated_at = $3,
-			attempt_started_at = NULL, lease_losses = i.lease_losses + $5
-		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
-		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
-			AND `+outboxUnchanged+`
-		RETURNING i.id, i.priority, i.order_at),
-	notified AS (SELECT pg_notify($4, '') FROM (SELECT count(*) AS n FROM upd) c WHERE c.n > 0)
-	SELECT priority, order_at, id FROM upd WHERE (SELECT count(*) FROM notified) >= 0
-	ORDER BY priority DESC, order_at, id LIMIT 1`, ids, tokens, now, s.channel, losses)
-	if err != nil {
-		return s.fail(op, err)
-	}
-	first, err := collectFirstKey(rows)
+	var first *readyKey
+	err := s.queryPlanned(ctx, s.releaseSQL(), []any{ids, tokens, now, s.channel, losses}, func(rows pgx.Rows) (err error) {
+		first, err = collectFirstKey(rows)
+		return err
+	})
 	if err != nil {
 		return s.fail(op, err)
 	}
@@ -676,19 +735,11 @@ func (s *Store) MarkStarted(ctx context.Context, marks []redrive.StartMark) ([]i
 	for i, m := range marks {
 		ids[i], tokens[i], ats[i] = m.Lease.ItemID, m.Lease.Token, m.At
 	}
-	rows, err := s.pool.Query(ctx, `WITH `+s.lockLeased("$1", "$2")+`,
-	upd AS (UPDATE `+s.q+`.items i SET attempt_started_at = u.at
-		FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS u(id, token, at)
-		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND `+lockedFirst+`
-			AND `+countsUnchanged+` AND `+outboxUnchanged+`
-		RETURNING i.id, i.lease_token)
-	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
-	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
-	ORDER BY u.id`, ids, tokens, ats)
-	if err != nil {
-		return nil, s.fail("mark started", err)
-	}
-	lost, err := pgx.CollectRows(rows, pgx.RowTo[int64])
+	var lost []int64
+	err := s.queryPlanned(ctx, s.markStartedSQL(), []any{ids, tokens, ats}, func(rows pgx.Rows) (err error) {
+		lost, err = pgx.CollectRows(rows, pgx.RowTo[int64])
+		return err
+	})
 	if err != nil {
 		return nil, s.fail("mark started", err)
 	}
@@ -710,45 +761,7 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 			return nil, fmt.Errorf("postgres: complete: completion %d (item %d): invalid next state %q", i, c.ItemID, c.State)
 		}
 	}
-	// Completions apply as if one after another: of several for one item,
-	// only the first that carries the current token can apply, as it
-	// leaves the item not running. Send each (item, token) pair once; at
-	// most one pair per item matches the item's token.
-	idx := make(map[completionRef]int, len(cs))
-	// In item ID order, the order in which the statements lock the items
-	// (see completePlan); the completions' own indexes (ords in the
-	// statements) keep their order for their attempts.
-	order := make([]int, len(cs))
-	for i := range order {
-		order[i] = i
-	}
-	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(cs[x].ItemID, cs[y].ItemID) })
-	uniq := order[:0]
-	for _, i := range order {
-		r := completionRef{cs[i].ItemID, cs[i].Token}
-		if _, dup := idx[r]; dup {
-			continue
-		}
-		idx[r] = i
-		uniq = append(uniq, i)
-	}
-	// The successes with the lowest item IDs go in the narrow statement
-	// of completeSuccess, the rest (from the first completion it cannot
-	// carry on, in ID order) in the full one; so the two statements still
-	// lock the items in one ascending ID order between them.
-	succ := successArgs{room: len(uniq)}
-	p := 0
-	for p < len(uniq) && succ.add(&cs[uniq[p]], int32(uniq[p])) {
-		p++
-	}
-	b := &pgx.Batch{}
-	b.Queue(completePlan)
-	if p > 0 {
-		b.Queue(s.completeSuccessSQL(), succ.args()...)
-	}
-	if p < len(uniq) {
-		b.Queue(s.completeFullSQL(), completeFullArgs(cs, uniq[p:])...)
-	}
+	b, idx := s.completeBatch(cs)
 	// A batch is one implicit transaction: the settings end with it.
 	br := s.pool.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
@@ -794,15 +807,75 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	return applied, nil
 }
 
-// completePlan are the planner settings of a completion (see Complete):
-// with hash and merge joins, sequential and bitmap scans off, the only
-// plans left join the completions, sent in item ID order, to items_pkey
-// in a nested loop, so the UPDATE locks the items in ID order as it goes,
-// the order in which heartbeats and releases lock them (see lockLeased),
-// and no two of them can deadlock. This saves locking every item in a
-// pass of its own first, which cost a WAL record per item
-// (docs/BENCHMARKS.md, "PostgreSQL against its limits").
-const completePlan = `SELECT set_config('enable_hashjoin', 'off', true), set_config('enable_mergejoin', 'off', true),
+// completeBatch is the batch of Complete's statements for cs: its plan
+// settings, then the success-only statement and the full one, each when it
+// has completions; and the index in cs of each (item, token) pair sent.
+func (s *Store) completeBatch(cs []redrive.Completion) (*pgx.Batch, map[completionRef]int) {
+	// Completions apply as if one after another: of several for one item,
+	// only the first that carries the current token can apply, as it
+	// leaves the item not running. Send each (item, token) pair once; at
+	// most one pair per item matches the item's token.
+	idx := make(map[completionRef]int, len(cs))
+	// In item ID order, the order in which the statements lock the items
+	// (see completePlan); the completions' own indexes (ords in the
+	// statements) keep their order for their attempts.
+	order := make([]int, len(cs))
+	for i := range order {
+		order[i] = i
+	}
+	slices.SortStableFunc(order, func(x, y int) int { return cmp.Compare(cs[x].ItemID, cs[y].ItemID) })
+	uniq := order[:0]
+	for _, i := range order {
+		r := completionRef{cs[i].ItemID, cs[i].Token}
+		if _, dup := idx[r]; dup {
+			continue
+		}
+		idx[r] = i
+		uniq = append(uniq, i)
+	}
+	// The successes with the lowest item IDs go in the narrow statement
+	// of completeSuccess, the rest (from the first completion it cannot
+	// carry on, in ID order) in the full one; so the two statements still
+	// lock the items in one ascending ID order between them.
+	succ := successArgs{room: len(uniq)}
+	p := 0
+	for p < len(uniq) && succ.add(&cs[uniq[p]], int32(uniq[p])) {
+		p++
+	}
+	b := &pgx.Batch{}
+	b.Queue(completePlan)
+	if p > 0 {
+		b.Queue(s.completeSuccessSQL(), succ.args()...)
+	}
+	if p < len(uniq) {
+		b.Queue(s.completeFullSQL(), completeFullArgs(cs, uniq[p:])...)
+	}
+	return b, idx
+}
+
+// completePlan are the planner settings of a completion (see Complete).
+// Its statements join the completions, sent in item ID order, to the items
+// by ID, and name the items also by id = ANY(the completions' IDs), an
+// index condition on items_pkey. With nested loops, merge joins,
+// sequential and bitmap scans off, the only plans left hash one side and
+// probe it with the other, either the completions or the scan of
+// items_pkey by those IDs, both in ID order; so the UPDATE locks the items
+// in ID order as it goes, the order in which heartbeats and releases lock
+// them (see lockLeased), and no two of them can deadlock. This saves
+// locking every item in a pass of its own first, which cost a WAL record
+// per item (docs/BENCHMARKS.md, "PostgreSQL against its limits").
+//
+// Nested loops are off because the planner cannot be kept from putting
+// items outer in one: after a VACUUM of an items table whose rows were all
+// dead and whose pages it could not truncate, PostgreSQL estimates items
+// at one row whatever they hold (reltuples 0 over the pages kept), and
+// with a nested loop over the completions and items_pkey as the only join
+// left it walked all of items_pkey and rescanned the completions for each
+// item: 14.5 s for a batch of 2,000 completions. The join stays by ID,
+// not by a row's address (ctid), which a concurrent update of the row
+// changes: PostgreSQL rechecks the join on the newest version of a row
+// updated since the statement began, and only the ID and token hold there.
+const completePlan = `SELECT set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true),
 	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
 // foldEvery is how many Complete calls pass between two foldCounts.
