@@ -25,8 +25,8 @@ var actualRowsRE = regexp.MustCompile(`actual rows=(\d+) loops=(\d+)`)
 // items_pkey and rescanned the 2,000 completions for each item (14.5 s a
 // batch here, 17 s in a benchmark). Checked on a table never vacuumed, on
 // one emptied and vacuumed so, and once analyzed: in every plan, each
-// scan of items is an index scan that reads, over all its runs, no more
-// rows than there are leases, and no join discards rows it read.
+// scan of items is one of items_pkey that reads, over all its runs, no
+// more rows than there are leases, and no join discards rows it read.
 func TestLeaseWritePlansAfterEmptiedVacuum(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
@@ -40,23 +40,7 @@ func TestLeaseWritePlansAfterEmptiedVacuum(t *testing.T) {
 		items := pgx.Identifier{schema, "items"}.Sanitize()
 		run := mustRun(t, s, "p")
 		if emptied {
-			for range 4 {
-				enqueue(t, s, run, make([]redrive.NewItem, 5000)...)
-			}
-			if _, err := s.Pool().Exec(ctx, `DELETE FROM `+items); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := s.Pool().Exec(ctx, `VACUUM (TRUNCATE false) `+items); err != nil {
-				t.Fatal(err)
-			}
-			var pages int
-			var tuples float64
-			if err := s.Pool().QueryRow(ctx, `SELECT relpages, reltuples FROM pg_class WHERE oid = $1::regclass`, items).Scan(&pages, &tuples); err != nil {
-				t.Fatal(err)
-			}
-			if pages == 0 || tuples != 0 {
-				t.Fatalf("after the VACUUM of the emptied items: relpages %d, reltuples %v; want pages and no tuples", pages, tuples)
-			}
+			emptyItems(t, s, schema, run)
 		}
 		enqueue(t, s, run, make([]redrive.NewItem, 4000)...)
 		ls := claim(t, s, "p", 2000, t0)
@@ -106,8 +90,11 @@ func checkLeaseWritePlan(t *testing.T, what, plan string, n int) {
 			continue
 		}
 		scans++
-		if !strings.Contains(l, "Index Scan") {
-			t.Errorf("%s: items read other than by an index (%s):\n%s", what, strings.TrimSpace(l), plan)
+		// items_run_state holds id too, third: a condition on id alone
+		// walks all of it, and under the statistics of an emptied table it
+		// is priced as items_pkey is.
+		if !strings.Contains(l, "Index Scan using items_pkey") {
+			t.Errorf("%s: items read other than by items_pkey (%s):\n%s", what, strings.TrimSpace(l), plan)
 			continue
 		}
 		m := actualRowsRE.FindStringSubmatch(l)

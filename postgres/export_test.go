@@ -204,3 +204,20 @@ func LeaseWritePlans(ctx context.Context, s *Store, cs []redrive.Completion) (ma
 	}
 	return plans, nil
 }
+
+// FinishedRunsPlans returns the plans of DeleteFinishedRuns's two
+// statements, planned as it plans them.
+func FinishedRunsPlans(ctx context.Context, s *Store, before time.Time, limit int) (items, runs string, err error) {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, finishedRunsSettings); err != nil {
+			return err
+		}
+		sql, a := s.deleteFinishedItemsSQL(before, limit)
+		if items, err = explainLines(ctx, tx, `EXPLAIN `+sql, a...); err != nil {
+			return err
+		}
+		runs, err = explainLines(ctx, tx, `EXPLAIN `+s.deleteFinishedRunsSQL(), before)
+		return err
+	})
+	return items, runs, err
+}

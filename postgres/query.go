@@ -385,42 +385,87 @@ func (s *Store) Count(ctx context.Context, f redrive.ItemFilter) (int, error) {
 // DeleteFinishedRuns deletes up to limit finished items of the runs that
 // finished before t, with their attempts, each statement its own
 // transaction, then the runs left without items and their count rows.
+// Both statements plan with finishedRunsSettings.
 func (s *Store) DeleteFinishedRuns(ctx context.Context, before time.Time, limit int) (items, runs int, err error) {
 	if limit < 0 {
 		return 0, 0, errors.New("postgres: delete finished runs: negative limit")
 	}
-	var a args
-	t := a.add(before)
-	items, err = s.deleteItems(ctx, `DELETE FROM `+s.q+`.items WHERE state IN ('succeeded', 'dead', 'canceled') AND id = ANY(ARRAY(
-		SELECT i.id FROM `+s.q+`.items i WHERE i.run_id IN (
-			SELECT r.id FROM `+s.q+`.runs r WHERE r.status <> 'running' AND r.finished_at < `+t+`)
-		AND i.state IN ('succeeded', 'dead', 'canceled')`+limitClause(&a, limit)+` FOR UPDATE SKIP LOCKED))`, a)
+	sql, a := s.deleteFinishedItemsSQL(before, limit)
+	err = s.queryPlanned(ctx, finishedRunsSettings, sql, a, func(rows pgx.Rows) error {
+		n, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+		items = int(n)
+		return err
+	})
 	if err != nil {
 		return 0, 0, s.fail("delete finished runs", err)
 	}
-	var n int64
-	err = s.pool.QueryRow(ctx, `WITH d AS (
-		DELETE FROM `+s.q+`.runs r WHERE r.status <> 'running' AND r.finished_at < $1
-			AND NOT EXISTS (SELECT 1 FROM `+s.q+`.items i WHERE i.run_id = r.id)
-		RETURNING r.id),
-	dc AS (DELETE FROM `+s.q+`.run_counts WHERE run_id IN (SELECT id FROM d))
-	SELECT count(*) FROM d`, before).Scan(&n)
+	err = s.queryPlanned(ctx, finishedRunsSettings, s.deleteFinishedRunsSQL(), []any{before}, func(rows pgx.Rows) error {
+		n, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+		runs = int(n)
+		return err
+	})
 	if err != nil {
 		return items, 0, s.fail("delete finished runs", err)
 	}
 	if _, err := s.vacuumDeleted(ctx, items); err != nil {
-		return items, int(n), err
+		return items, runs, err
 	}
-	return items, int(n), nil
+	return items, runs, nil
 }
 
-// deleteItems runs del, a DELETE of items, and deletes the attempts and
-// audit marks of the deleted items in the same statement.
-func (s *Store) deleteItems(ctx context.Context, del string, a args) (int, error) {
-	var n int64
-	err := s.pool.QueryRow(ctx, `WITH d AS (`+del+` RETURNING id),
-	da AS (DELETE FROM `+s.q+`.attempts WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
-	dm AS (DELETE FROM `+s.q+`.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d)))
-	SELECT count(*) FROM d`, a...).Scan(&n)
-	return int(n), err
+// finishedRunsSettings are the plan settings of DeleteFinishedRuns's
+// statements: no sequential scan, no bitmap scan, no JIT, as for
+// retention's batch (retainSettings, without its claim-only outbox
+// setting). Without statistics (autovacuum off: never analyzed) or after
+// the VACUUM of an emptied items table, the planner otherwise chose to
+// scan all of attempts for the attempts of a batch of deleted items, and
+// all of items to find the runs left without items
+// (TestFinishedRunsPlan).
+const finishedRunsSettings = `SELECT set_config('enable_bitmapscan', 'off', true), set_config('enable_seqscan', 'off', true),
+	set_config('jit', 'off', true)`
+
+// deleteFinishedItemsSQL is the statement, and its arguments, that
+// deletes up to limit (0: no limit) finished items of the runs finished
+// before t, with their attempts and audit marks, and returns how many
+// items it deleted. The finished runs drive a lookup of their items in
+// items_run_state, LATERAL so that items cannot be the outer side: with
+// items estimated at one row (after the VACUUM of an emptied items table,
+// see completePlan), the planner walked all of items_run_state and looked
+// up each item's run.
+func (s *Store) deleteFinishedItemsSQL(before time.Time, limit int) (string, args) {
+	var a args
+	t := a.add(before)
+	// The SQL first, then the arguments it added: Go does not order the
+	// read of a in a return statement after the calls beside it.
+	lim := limitClause(&a, limit)
+	sql := s.deleteItemsSQL(`DELETE FROM ` + s.q + `.items WHERE state IN ('succeeded', 'dead', 'canceled') AND id = ANY(ARRAY(
+		SELECT x.id FROM ` + s.q + `.runs r CROSS JOIN LATERAL (SELECT i.id FROM ` + s.q + `.items i
+			WHERE i.run_id = r.id AND i.state IN ('succeeded', 'dead', 'canceled')` + lim + ` FOR UPDATE SKIP LOCKED) x
+		WHERE r.status <> 'running' AND r.finished_at < ` + t + lim + `))`)
+	return sql, a
+}
+
+// deleteFinishedRunsSQL is the statement that deletes the runs finished
+// before $1 that have no items left, with their count rows, and returns
+// how many runs it deleted. OFFSET 0 keeps the NOT EXISTS a lookup of
+// items_run_state per finished run: as an anti-join, the planner hashed
+// all of items (no statistics) or merged with a walk of all of
+// items_run_state (after the VACUUM of an emptied table).
+func (s *Store) deleteFinishedRunsSQL() string {
+	return `WITH d AS (
+		DELETE FROM ` + s.q + `.runs r WHERE r.status <> 'running' AND r.finished_at < $1
+			AND NOT EXISTS (SELECT 1 FROM ` + s.q + `.items i WHERE i.run_id = r.id OFFSET 0)
+		RETURNING r.id),
+	dc AS (DELETE FROM ` + s.q + `.run_counts WHERE run_id IN (SELECT id FROM d))
+	SELECT count(*) FROM d`
+}
+
+// deleteItemsSQL is a statement that runs del, a DELETE of items, deletes
+// the attempts and audit marks of the deleted items with it, and returns
+// how many items it deleted.
+func (s *Store) deleteItemsSQL(del string) string {
+	return `WITH d AS (` + del + ` RETURNING id),
+	da AS (DELETE FROM ` + s.q + `.attempts WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
+	dm AS (DELETE FROM ` + s.q + `.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d)))
+	SELECT count(*) FROM d`
 }

@@ -103,3 +103,75 @@ func TestRetentionPlanAfterVacuum(t *testing.T) {
 	}
 	check("vacuumed")
 }
+
+// DeleteFinishedRuns reaches the items of a finished run through
+// items_run_state, driven by the runs, and the attempts of the items it
+// deletes through attempts_item, whatever the statistics: on tables never
+// vacuumed nor analyzed, after a VACUUM, and after the VACUUM of an
+// emptied items table (see TestCompletePlanAfterEmptyVacuum); never by a
+// sequential scan or a full index walk of a table whose size is the
+// store's, not the batch's.
+func TestFinishedRunsPlan(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	for _, emptied := range []bool{false, true} {
+		url, schema := pgtest.NewSchema(t)
+		s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema, Migrate: true, VacuumAfter: -1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer s.Close()
+		running := mustRun(t, s, "q")
+		if emptied {
+			emptyItems(t, s, schema, running)
+		}
+		finished := mustRun(t, s, "p")
+		enqueue(t, s, finished, make([]redrive.NewItem, 200)...)
+		var cs []redrive.Completion
+		for _, l := range claim(t, s, "p", 200, t0) {
+			cs = append(cs, done(l, redrive.StateSucceeded, t0))
+		}
+		if _, err := s.Complete(ctx, cs); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.SetRunStatus(ctx, finished.ID, redrive.RunCompleted, "", t0); err != nil {
+			t.Fatal(err)
+		}
+		enqueue(t, s, running, make([]redrive.NewItem, 2000)...)
+		check := func(when string) {
+			t.Helper()
+			items, runs, err := postgres.FinishedRunsPlans(ctx, s, t0.Add(time.Hour), 1000)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, want := range []string{"(run_id = r.id)", "Delete on attempts", "Index Cond: (item_id = ANY"} {
+				if !strings.Contains(items, want) {
+					t.Errorf("%s: the items statement's plan has no %q:\n%s", when, want, items)
+				}
+			}
+			if !strings.Contains(runs, "(run_id = r.id)") {
+				t.Errorf("%s: the runs statement does not look up the items of each run:\n%s", when, runs)
+			}
+			for name, plan := range map[string]string{"items": items, "runs": runs} {
+				for _, bad := range []string{"Seq Scan on items", "Seq Scan on attempts", "Seq Scan on action_items", "Join"} {
+					if strings.Contains(plan, bad) {
+						t.Errorf("%s: the %s statement's plan has a %q:\n%s", when, name, bad, plan)
+					}
+				}
+			}
+		}
+		when := "never vacuumed"
+		if emptied {
+			when = "after the VACUUM of an emptied table"
+		}
+		check(when)
+		if _, err := s.Pool().Exec(ctx, `VACUUM `+schema+`.items, `+schema+`.attempts, `+schema+`.runs`); err != nil {
+			t.Fatal(err)
+		}
+		check(when + ", then vacuumed")
+		n, r, err := s.DeleteFinishedRuns(ctx, t0.Add(time.Hour), 0)
+		if err != nil || n != 200 || r != 1 {
+			t.Fatalf("%s: DeleteFinishedRuns = %d items, %d runs, %v; want 200, 1", when, n, r, err)
+		}
+	}
+}

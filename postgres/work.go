@@ -551,7 +551,7 @@ func (s *Store) Heartbeat(ctx context.Context, leases []redrive.LeaseRef, until 
 	// update runs (see migration 0010): the statement is its own
 	// transaction, so the setting ends with it.
 	var lost []int64
-	err := s.queryPlanned(ctx, s.heartbeatSQL(), []any{ids, tokens, until}, func(rows pgx.Rows) (err error) {
+	err := s.queryPlanned(ctx, leasePlan, s.heartbeatSQL(), []any{ids, tokens, until}, func(rows pgx.Rows) (err error) {
 		lost, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		return err
 	})
@@ -636,12 +636,12 @@ func (s *Store) lockLeased(ids, tokens string) string {
 const leasePlan = `SELECT set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true),
 	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
 
-// queryPlanned runs sql with args after leasePlan in one implicit
-// transaction (a batch), so that the settings end with it, and calls scan
-// on its rows.
-func (s *Store) queryPlanned(ctx context.Context, sql string, args []any, scan func(pgx.Rows) error) error {
+// queryPlanned runs sql with args after the planner settings in one
+// implicit transaction (a batch), so that the settings end with it, and
+// calls scan on its rows.
+func (s *Store) queryPlanned(ctx context.Context, settings, sql string, args []any, scan func(pgx.Rows) error) error {
 	b := &pgx.Batch{}
-	b.Queue(leasePlan)
+	b.Queue(settings)
 	b.Queue(sql, args...)
 	br := s.pool.SendBatch(ctx, b)
 	_, err := br.Exec()
@@ -696,7 +696,7 @@ func (s *Store) release(ctx context.Context, op string, leases []redrive.LeaseRe
 	// are locked in ID order first (see lockLeased). The first item
 	// released in claim order moves resume points back (claimfrom.go).
 	var first *readyKey
-	err := s.queryPlanned(ctx, s.releaseSQL(), []any{ids, tokens, now, s.channel, losses}, func(rows pgx.Rows) (err error) {
+	err := s.queryPlanned(ctx, leasePlan, s.releaseSQL(), []any{ids, tokens, now, s.channel, losses}, func(rows pgx.Rows) (err error) {
 		first, err = collectFirstKey(rows)
 		return err
 	})
@@ -736,7 +736,7 @@ func (s *Store) MarkStarted(ctx context.Context, marks []redrive.StartMark) ([]i
 		ids[i], tokens[i], ats[i] = m.Lease.ItemID, m.Lease.Token, m.At
 	}
 	var lost []int64
-	err := s.queryPlanned(ctx, s.markStartedSQL(), []any{ids, tokens, ats}, func(rows pgx.Rows) (err error) {
+	err := s.queryPlanned(ctx, leasePlan, s.markStartedSQL(), []any{ids, tokens, ats}, func(rows pgx.Rows) (err error) {
 		lost, err = pgx.CollectRows(rows, pgx.RowTo[int64])
 		return err
 	})
