@@ -6,6 +6,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -109,5 +110,40 @@ func checkLeaseWritePlan(t *testing.T, what, plan string, n int) {
 	}
 	if scans == 0 {
 		t.Errorf("%s: no scan of items in the plan:\n%s", what, plan)
+	}
+}
+
+// A claim hands its UPDATE the addresses of the rows its walk of
+// items_ready locked, so the UPDATE reaches them by a TID scan whatever the
+// statistics: by their IDs, after the VACUUM of an emptied items table, the
+// planner looked each one up in items_run_state, a walk of that whole index
+// per item (0.9 s for a claim of 2,000 from 20,000 items).
+func TestClaimPlanAfterEmptiedVacuum(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, schema := pgtest.NewSchema(t)
+	s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema, Migrate: true, VacuumAfter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	run := mustRun(t, s, "p")
+	emptyItems(t, s, schema, run)
+	enqueue(t, s, run, make([]redrive.NewItem, 20000)...)
+	_, plan, err := postgres.ClaimPlans(ctx, s, redrive.ClaimRequest{Owner: "o", Pipelines: []string{"p"}, Limit: 2000, Now: t0, LeaseUntil: t0.Add(time.Hour)}, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var target string
+	for _, l := range strings.Split(plan, "\n") {
+		if strings.Contains(l, " on items ") && !strings.Contains(l, "Update on items") && !strings.Contains(l, " on items c ") {
+			target = strings.TrimSpace(l)
+		}
+	}
+	if !strings.HasPrefix(target, "->  Tid Scan on items") {
+		t.Errorf("the claim's UPDATE reaches its items by %q, want a TID scan:\n%s", target, plan)
+	}
+	if ls := claim(t, s, "p", 2000, t0); len(ls) != 2000 {
+		t.Errorf("claimed %d items, want 2000", len(ls))
 	}
 }
