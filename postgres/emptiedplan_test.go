@@ -11,7 +11,6 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/redrive/redrive"
-	"github.com/redrive/redrive/internal/pgtest"
 	"github.com/redrive/redrive/postgres"
 )
 
@@ -32,12 +31,7 @@ func TestLeaseWritePlansAfterEmptiedVacuum(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, emptied := range []bool{false, true} {
-		url, schema := pgtest.NewSchema(t)
-		s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema, Migrate: true, VacuumAfter: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		t.Cleanup(func() { s.Close() })
+		s, schema := storeWithoutVacuum(t)
 		items := pgx.Identifier{schema, "items"}.Sanitize()
 		run := mustRun(t, s, "p")
 		if emptied {
@@ -121,12 +115,7 @@ func checkLeaseWritePlan(t *testing.T, what, plan string, n int) {
 func TestClaimPlanAfterEmptiedVacuum(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, schema := pgtest.NewSchema(t)
-	s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema, Migrate: true, VacuumAfter: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { s.Close() })
+	s, schema := storeWithoutVacuum(t)
 	run := mustRun(t, s, "p")
 	emptyItems(t, s, schema, run)
 	enqueue(t, s, run, make([]redrive.NewItem, 20000)...)

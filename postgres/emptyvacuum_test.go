@@ -10,6 +10,20 @@ import (
 	"github.com/redrive/redrive/postgres"
 )
 
+// storeWithoutVacuum opens a store in a schema of its own that runs no
+// VACUUM of its own (Options.VacuumAfter -1), so that the tests set the
+// statistics; it is closed when the test ends.
+func storeWithoutVacuum(t *testing.T) (*postgres.Store, string) {
+	t.Helper()
+	url, schema := pgtest.NewSchema(t)
+	s, err := postgres.Open(context.Background(), url, postgres.Options{Schema: schema, Migrate: true, VacuumAfter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	return s, schema
+}
+
 // emptyItems fills the items table with 20,000 items of run, deletes them
 // all and vacuums the table without truncating it, so that VACUUM leaves
 // reltuples 0 with its pages kept: the statistics under which the planner

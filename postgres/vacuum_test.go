@@ -64,13 +64,8 @@ func TestRetentionVacuums(t *testing.T) {
 // attempts_item once per deleted item.
 func TestRetentionPlanAfterVacuum(t *testing.T) {
 	t.Parallel()
-	url, schema := pgtest.NewSchema(t)
 	ctx := context.Background()
-	s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema, Migrate: true, VacuumAfter: -1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s, schema := storeWithoutVacuum(t)
 	run := mustRun(t, s, "p")
 	enqueue(t, s, run, make([]redrive.NewItem, 200)...)
 	var cs []redrive.Completion
@@ -108,19 +103,14 @@ func TestRetentionPlanAfterVacuum(t *testing.T) {
 // items_run_state, driven by the runs, and the attempts of the items it
 // deletes through attempts_item, whatever the statistics: on tables never
 // vacuumed nor analyzed, after a VACUUM, and after the VACUUM of an
-// emptied items table (see TestCompletePlanAfterEmptyVacuum); never by a
+// emptied items table (see TestLeaseWritePlansAfterEmptiedVacuum); never by a
 // sequential scan or a full index walk of a table whose size is the
 // store's, not the batch's.
 func TestFinishedRunsPlan(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	for _, emptied := range []bool{false, true} {
-		url, schema := pgtest.NewSchema(t)
-		s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema, Migrate: true, VacuumAfter: -1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s.Close()
+		s, schema := storeWithoutVacuum(t)
 		running := mustRun(t, s, "q")
 		if emptied {
 			emptyItems(t, s, schema, running)
