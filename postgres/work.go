@@ -643,11 +643,10 @@ func (s *Store) lockLeased(ids, tokens string) string {
 
 // leasePlan are the planner settings of the statements that update the
 // items of leases other than a completion (heartbeats, releases, start
-// marks): completePlan's without its ban on hash joins, which the anti
-// join of the leases with the rows updated may use; the rows are locked in
-// ID order by lockLeased's sort, whatever the join.
-const leasePlan = `SELECT set_config('enable_nestloop', 'off', true), set_config('enable_mergejoin', 'off', true),
-	set_config('enable_seqscan', 'off', true), set_config('enable_bitmapscan', 'off', true)`
+// marks): a completion's, for the same join of leases and items (see
+// completePlan); their rows are locked in ID order by lockLeased's sort,
+// whatever the join.
+const leasePlan = completePlan
 
 // queryPlanned runs sql with args after the planner settings in one
 // implicit transaction (a batch), so that the settings end with it, and
