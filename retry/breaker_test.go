@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 )
@@ -141,6 +142,11 @@ func TestBreakerConcurrent(t *testing.T) {
 	c := &syncClock{t: time.Unix(1_700_000_000, 0)}
 	var mu sync.Mutex
 	var opened, closed int
+	// The goroutines stop once the breaker has cycled twice. A fixed
+	// number of calls is not enough: a goroutine holding the half-open
+	// probe may be descheduled while the others spin through their
+	// rejections, moving the shared clock past the end of the run.
+	var cycled atomic.Bool
 	b := NewBreaker(BreakerOptions{ConsecutiveFailures: 3, FailureRate: 0.5, MinRequests: 10, OpenFor: time.Second,
 		Now: c.now, OnStateChange: func(_, to BreakerState) {
 			mu.Lock()
@@ -151,11 +157,17 @@ func TestBreakerConcurrent(t *testing.T) {
 			case BreakerClosed:
 				closed++
 			}
+			if opened >= 2 && closed >= 2 {
+				cycled.Store(true)
+			}
 		}})
 	var wg sync.WaitGroup
 	for range 8 {
 		wg.Go(func() {
-			for range 2000 {
+			// The cap only bounds a broken breaker: each probe lands in
+			// the dependency's up half with probability about 1/2, and
+			// the cap allows thousands of probes.
+			for i := 0; i < 1_000_000 && !cycled.Load(); i++ {
 				// Every call takes a millisecond; the dependency is down
 				// for 2 s of every 4.
 				c.add(time.Millisecond)
@@ -174,8 +186,8 @@ func TestBreakerConcurrent(t *testing.T) {
 	mu.Lock()
 	gotOpened, gotClosed := opened, closed
 	mu.Unlock()
-	if gotOpened == 0 || gotClosed == 0 {
-		t.Fatalf("opened %d, closed %d times: the breaker never cycled", gotOpened, gotClosed)
+	if gotOpened < 2 || gotClosed < 2 {
+		t.Fatalf("opened %d, closed %d times: the breaker did not cycle twice", gotOpened, gotClosed)
 	}
 	// The dependency is back: the breaker closes and stays closed.
 	c.add(time.Hour)
