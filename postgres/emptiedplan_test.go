@@ -3,6 +3,7 @@ package postgres_test
 import (
 	"context"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -134,5 +135,92 @@ func TestClaimPlanAfterEmptiedVacuum(t *testing.T) {
 	}
 	if ls := claim(t, s, "p", 2000, t0); len(ls) != 2000 {
 		t.Errorf("claimed %d items, want 2000", len(ls))
+	}
+}
+
+// The statements that walk an index to lock the items they then write
+// (the promotion of waiting items, ClaimExpired, retention's delete) hand
+// the write the addresses of the rows they locked, so it reaches them by a
+// TID scan whatever the statistics. By their IDs, after the VACUUM of an
+// emptied items table, the write walked a whole index (items_waiting,
+// items_run_state, items_succeeded_updated) and filtered it by the IDs: a
+// cost per claim, rescue or retention batch that grew with the backlog.
+// Checked on a table emptied and vacuumed so, then once analyzed.
+func TestLockingWritesAfterEmptiedVacuum(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := storeWithoutVacuum(t)
+	run := mustRun(t, s, "p")
+	emptyItems(t, s, schema, run)
+	enqueue(t, s, run, make([]redrive.NewItem, 30000)...)
+	var ls []redrive.Lease
+	for range 15 {
+		ls = append(ls, claim(t, s, "p", 2000, t0)...)
+	}
+	if len(ls) != 30000 {
+		t.Fatalf("claimed %d items, want 30000", len(ls))
+	}
+	// A third succeeds, a third waits on a backoff of an hour, a third
+	// stays running until its lease expires.
+	var cs []redrive.Completion
+	for i, l := range ls {
+		switch i % 3 {
+		case 0:
+			cs = append(cs, done(l, redrive.StateSucceeded, t0))
+		case 1:
+			c := done(l, redrive.StatePending, t0)
+			c.NextAt = t0.Add(time.Hour)
+			c.Record.Outcome, c.Record.Class, c.Record.Error = redrive.OutcomeRetry, "transient", "later"
+			cs = append(cs, c)
+		}
+	}
+	for b := range slices.Chunk(cs, 2000) {
+		ok, err := s.Complete(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.Index(ok, false); i >= 0 {
+			t.Fatalf("completion of item %d not applied", b[i].ItemID)
+		}
+	}
+	now := t0.Add(2 * time.Hour)
+	expired := redrive.ClaimRequest{Owner: "rescuer", Pipelines: []string{"p"}, Limit: 2000, Now: now, LeaseUntil: now.Add(time.Minute)}
+	check := func(when string) {
+		t.Helper()
+		plans, err := postgres.LockingWritePlans(ctx, s, now, expired, t0.Add(time.Minute))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"promote", "claim expired", "delete succeeded"} {
+			plan := plans[name]
+			var scans []string
+			for _, l := range strings.Split(plan, "\n") {
+				if strings.Contains(l, "Scan") && strings.Contains(l, " on items") {
+					scans = append(scans, strings.TrimSpace(l))
+				}
+			}
+			// One walk that locks, one scan that reaches what it locked.
+			if len(scans) != 2 || !slices.ContainsFunc(scans, func(l string) bool { return strings.HasPrefix(l, "->  Tid Scan on items") }) {
+				t.Errorf("%s, %s: want the walk and a TID scan of items, got %q:\n%s", when, name, scans, plan)
+			}
+		}
+	}
+	check("emptied and vacuumed")
+	if _, err := s.Pool().Exec(ctx, `ANALYZE `+pgx.Identifier{schema, "items"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	check("then analyzed")
+	// The statements do their work: 2,000 expired leases taken over, the
+	// 10,000 waiting items promoted and claimable, 2,000 succeeded items
+	// deleted.
+	got, err := s.ClaimExpired(ctx, expired)
+	if err != nil || len(got) != 2000 {
+		t.Fatalf("ClaimExpired: %d leases, %v; want 2000", len(got), err)
+	}
+	if ls := claim(t, s, "p", 2000, now); len(ls) != 2000 {
+		t.Errorf("claimed %d promoted items, want 2000", len(ls))
+	}
+	if n, err := s.DeleteSucceeded(ctx, t0.Add(time.Minute), 2000); err != nil || n != 2000 {
+		t.Errorf("DeleteSucceeded: %d, %v; want 2000", n, err)
 	}
 }

@@ -159,21 +159,7 @@ func RetentionPlan(ctx context.Context, s *Store, before time.Time, limit int) (
 func LeaseWritePlans(ctx context.Context, s *Store, cs []redrive.Completion) (map[string]string, error) {
 	plans := map[string]string{}
 	explain := func(name, settings, sql string, args ...any) error {
-		return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-			if _, err := tx.Exec(ctx, settings); err != nil {
-				return err
-			}
-			rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS off, TIMING off) `+sql, args...)
-			if err != nil {
-				return fmt.Errorf("%s: %w", name, err)
-			}
-			lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
-			plans[name] = strings.Join(lines, "\n")
-			if err != nil {
-				return err
-			}
-			return errRollback
-		})
+		return explainAnalyzed(ctx, s, plans, name, settings, sql, args...)
 	}
 	b, _ := s.completeBatch(cs)
 	names := []string{"complete success", "complete full"}
@@ -220,4 +206,51 @@ func FinishedRunsPlans(ctx context.Context, s *Store, before time.Time, limit in
 		return err
 	})
 	return items, runs, err
+}
+
+// explainAnalyzed runs sql under EXPLAIN ANALYZE, after settings (if any),
+// in a transaction it rolls back, and stores the plan in plans[name]. It
+// returns errRollback when the statement ran.
+func explainAnalyzed(ctx context.Context, s *Store, plans map[string]string, name, settings, sql string, args ...any) error {
+	return pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if settings != "" {
+			if _, err := tx.Exec(ctx, settings); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.Query(ctx, `EXPLAIN (ANALYZE, COSTS off, TIMING off) `+sql, args...)
+		if err != nil {
+			return fmt.Errorf("%s: %w", name, err)
+		}
+		lines, err := pgx.CollectRows(rows, pgx.RowTo[string])
+		plans[name] = strings.Join(lines, "\n")
+		if err != nil {
+			return err
+		}
+		return errRollback
+	})
+}
+
+// LockingWritePlans runs, each in a transaction it rolls back and with the
+// settings the store plans it with, the statements that walk an index to
+// lock the items they then write, under EXPLAIN ANALYZE: the promotion of
+// the items due at now (a claim's batch of 2,000), ClaimExpired's for
+// expired, and DeleteSucceeded's for a batch of 2,000 items updated before
+// before. It returns the plans by name.
+func LockingWritePlans(ctx context.Context, s *Store, now time.Time, expired redrive.ClaimRequest, before time.Time) (map[string]string, error) {
+	plans := map[string]string{}
+	claimExpired, a := s.claimExpiredSQL(expired)
+	for _, st := range []struct {
+		name, settings, sql string
+		args                []any
+	}{
+		{"promote", claimSettings, s.promoteSQL(), []any{now, promoteBatch(2000)}},
+		{"claim expired", "", claimExpired, a},
+		{"delete succeeded", retainSettings, s.deleteSucceededSQL(), []any{before, time.Time{}, int64(2000)}},
+	} {
+		if err := explainAnalyzed(ctx, s, plans, st.name, st.settings, st.sql, st.args...); err != nil && !errors.Is(err, errRollback) {
+			return nil, err
+		}
+	}
+	return plans, nil
 }

@@ -89,9 +89,17 @@ const retainSettings = claimSettings + `, set_config('enable_seqscan', 'off', tr
 // every item the engine finished (docs/engine.md, "PostgreSQL over the
 // long haul"). With retainSettings, the condition is that of an index
 // scan of attempts_item.
+//
+// The items themselves are deleted by the addresses of the rows the walk
+// of items_succeeded_updated locked, as a claim updates them (see
+// claimSQL): by ID, after the VACUUM of an emptied items table, the DELETE
+// walked all of items_succeeded_updated and filtered it by the batch's IDs
+// (TestLockingWritesAfterEmptiedVacuum), a batch that cost what retention
+// had not yet deleted. The DELETE repeats none of the walk's conditions
+// (see promoteSQL).
 func (s *Store) deleteSucceededSQL() string {
-	return `WITH d AS (DELETE FROM ` + s.q + `.items WHERE state = 'succeeded' AND ` + countsUnchanged + ` AND id = ANY(ARRAY(
-		SELECT id FROM ` + s.q + `.items WHERE state = 'succeeded' AND updated_at < $1 AND updated_at >= $2
+	return `WITH d AS (DELETE FROM ` + s.q + `.items WHERE ` + countsUnchanged + ` AND ctid = ANY(ARRAY(
+		SELECT ctid FROM ` + s.q + `.items WHERE state = 'succeeded' AND updated_at < $1 AND updated_at >= $2
 		ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED)) RETURNING id, updated_at),
 	da AS (DELETE FROM ` + s.q + `.attempts WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
 	dm AS (DELETE FROM ` + s.q + `.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d)))

@@ -426,10 +426,20 @@ func promoteBatch(limit int) int { return max(1000, 4*limit) }
 // are skipped, not waited for. Pending items hold no lease: the condition
 // on it lets the index of the schema before migration 0017 serve the
 // query too, for a process that runs ahead of its migration.
+//
+// The walk hands the UPDATE the addresses of the rows it locked, as a
+// claim's does (see claimSQL): by ID, after the VACUUM of an emptied items
+// table, the UPDATE walked all of items_waiting and filtered it by the
+// IDs, a cost that grew with the backlog on every claim
+// (TestLockingWritesAfterEmptiedVacuum). A row updated meanwhile by
+// another transaction is left waiting for the next claim's promotion.
+// The UPDATE repeats none of the walk's conditions: the rows it reaches are
+// the versions the walk locked and checked, and a condition that matches
+// an index's predicate let the planner walk that index instead.
 func (s *Store) promoteSQL() string {
-	return `UPDATE ` + s.q + `.items SET ready = true WHERE id = ANY(ARRAY(SELECT w.id FROM ` + s.q + `.items w
+	return `UPDATE ` + s.q + `.items SET ready = true WHERE ctid = ANY(ARRAY(SELECT w.ctid FROM ` + s.q + `.items w
 		WHERE w.state = 'pending' AND w.lease_expires_at IS NULL AND NOT w.ready AND w.next_at <= $1
-		ORDER BY w.next_at LIMIT $2 FOR UPDATE SKIP LOCKED)) AND state = 'pending' AND NOT ready`
+		ORDER BY w.next_at LIMIT $2 FOR UPDATE SKIP LOCKED))`
 }
 
 // promoteKeySQL is promoteSQL that returns the first item it made ready
@@ -500,23 +510,35 @@ func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]r
 	if req.Limit <= 0 || len(req.Pipelines) == 0 {
 		return nil, nil
 	}
-	var a args
-	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
-	// + 2: a running item's token stays odd (see Complete).
-	sql := `UPDATE ` + s.q + `.items SET lease_token = lease_token + 2,
-		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `
-	WHERE state = 'running' AND id = ANY(ARRAY(SELECT c.id FROM ` + s.q + `.items c
-		WHERE c.state = 'running' AND c.lease_expires_at < ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
-		stageFilter(req, "c", &a) + `
-		ORDER BY c.lease_expires_at, c.id
-		LIMIT ` + a.add(req.Limit) + ` FOR UPDATE SKIP LOCKED))
-	RETURNING ` + itemCols
+	sql, a := s.claimExpiredSQL(req)
 	leases, err := s.claim(ctx, sql, req.Limit, a)
 	if err != nil {
 		return nil, s.fail("claim expired", err)
 	}
 	slices.SortFunc(leases, func(x, y redrive.Lease) int { return cmp.Compare(x.Item.ID, y.Item.ID) })
 	return leases, nil
+}
+
+// claimExpiredSQL is ClaimExpired's statement. The walk of items_lease
+// hands the UPDATE the addresses of the rows it locked, as a claim's does
+// (see claimSQL): by ID, after the VACUUM of an emptied items table, the
+// UPDATE walked the running items of items_run_state and filtered them by
+// the IDs (TestLockingWritesAfterEmptiedVacuum). A lease renewed or ended
+// meanwhile by another transaction is left to it. The UPDATE repeats none
+// of the walk's conditions (see promoteSQL): on state, it walked
+// items_run_state.
+func (s *Store) claimExpiredSQL(req redrive.ClaimRequest) (string, args) {
+	var a args
+	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
+	// + 2: a running item's token stays odd (see Complete).
+	return `UPDATE ` + s.q + `.items SET lease_token = lease_token + 2,
+		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `
+	WHERE ctid = ANY(ARRAY(SELECT c.ctid FROM ` + s.q + `.items c
+		WHERE c.state = 'running' AND c.lease_expires_at < ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
+		stageFilter(req, "c", &a) + `
+		ORDER BY c.lease_expires_at, c.id
+		LIMIT ` + a.add(req.Limit) + ` FOR UPDATE SKIP LOCKED))
+	RETURNING ` + itemCols, a
 }
 
 func (s *Store) claim(ctx context.Context, sql string, limit int, a args) ([]redrive.Lease, error) {
