@@ -224,3 +224,79 @@ func TestLockingWritesAfterEmptiedVacuum(t *testing.T) {
 		t.Errorf("DeleteSucceeded: %d, %v; want 2000", n, err)
 	}
 }
+
+// A claim of notifications walks outbox_due in order and hands its UPDATE
+// the addresses of the rows it locked, whatever the statistics. After the
+// VACUUM of an emptied outbox (a drained outbox whose pages were kept),
+// the walk sorted every due notification to take the first ones and the
+// UPDATE filtered every pending one of outbox_status by the locked IDs:
+// 80 ms for a claim of 100 behind 100,000 pending notifications.
+func TestNotificationClaimAfterEmptiedVacuum(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := storeWithoutVacuum(t)
+	outbox := pgx.Identifier{schema, "outbox"}.Sanitize()
+	insert := func(n int) {
+		t.Helper()
+		// Notifications due a millisecond apart, as a dependency that was
+		// down leaves them.
+		if _, err := s.Pool().Exec(ctx, `INSERT INTO `+outbox+` (event, pipeline, run_id, occurred_at, next_at, updated_at)
+			SELECT 'item.dead', 'p', 1, $1::timestamptz, $1::timestamptz + g * interval '1 ms', $1::timestamptz
+			FROM generate_series(1, $2::int) g`, t0, n); err != nil {
+			t.Fatal(err)
+		}
+	}
+	insert(20000)
+	if _, err := s.Pool().Exec(ctx, `DELETE FROM `+outbox); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Pool().Exec(ctx, `VACUUM (TRUNCATE false) `+outbox); err != nil {
+		t.Fatal(err)
+	}
+	var pages int
+	var tuples float64
+	if err := s.Pool().QueryRow(ctx, `SELECT relpages, reltuples FROM pg_class WHERE oid = $1::regclass`, outbox).Scan(&pages, &tuples); err != nil {
+		t.Fatal(err)
+	}
+	if pages == 0 || tuples != 0 {
+		t.Fatalf("after the VACUUM of the emptied outbox: relpages %d, reltuples %v; want pages and no tuples", pages, tuples)
+	}
+	insert(20000)
+	req := redrive.ClaimRequest{Owner: "w", Pipelines: []string{"p"}, Limit: 100, Now: t0.Add(time.Hour), LeaseUntil: t0.Add(2 * time.Hour)}
+	check := func(when string) {
+		t.Helper()
+		plan, err := postgres.NotificationClaimPlan(ctx, s, req)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range strings.Split(plan, "\n") {
+			l = strings.TrimSpace(l)
+			if strings.HasPrefix(l, "->  Sort ") {
+				t.Errorf("%s: the walk sorts the due notifications (%s):\n%s", when, l, plan)
+			}
+			if strings.Contains(l, " on outbox ") && !strings.Contains(l, " on outbox c ") && !strings.Contains(l, "Update on") &&
+				!strings.HasPrefix(l, "->  Tid Scan on outbox") {
+				t.Errorf("%s: the UPDATE reaches its rows by %q, want a TID scan:\n%s", when, l, plan)
+			}
+		}
+	}
+	check("emptied and vacuumed")
+	if _, err := s.Pool().Exec(ctx, `ANALYZE `+outbox); err != nil {
+		t.Fatal(err)
+	}
+	check("then analyzed")
+	// The claim takes the first due notifications, in next_at order.
+	ns, err := s.ClaimNotifications(ctx, req)
+	if err != nil || len(ns) != 100 {
+		t.Fatalf("ClaimNotifications: %d, %v; want 100", len(ns), err)
+	}
+	var first int64
+	if err := s.Pool().QueryRow(ctx, `SELECT min(id) FROM `+outbox+` WHERE lease_owner = ''`).Scan(&first); err != nil {
+		t.Fatal(err)
+	}
+	for _, n := range ns {
+		if n.ID >= first {
+			t.Fatalf("claimed notification %d, due after %d, which was left", n.ID, first)
+		}
+	}
+}

@@ -254,3 +254,15 @@ func LockingWritePlans(ctx context.Context, s *Store, now time.Time, expired red
 	}
 	return plans, nil
 }
+
+// NotificationClaimPlan runs ClaimNotifications' statement for req under
+// EXPLAIN ANALYZE, with the settings the store plans it with, in a
+// transaction it rolls back, and returns the plan.
+func NotificationClaimPlan(ctx context.Context, s *Store, req redrive.ClaimRequest) (string, error) {
+	plans := map[string]string{}
+	sql, a := s.claimNotificationsSQL(req)
+	if err := explainAnalyzed(ctx, s, plans, "claim notifications", notificationClaimPlan, sql, a...); err != nil && !errors.Is(err, errRollback) {
+		return "", err
+	}
+	return plans["claim notifications"], nil
+}
