@@ -169,3 +169,118 @@ func TestLeaseWritesRacingOnOneItemAllApply(t *testing.T) {
 	}
 	t.Logf("%d items completed while %d heartbeats and %d start marks of the same leases ran", items, heartbeats, marks)
 }
+
+// The rescuer takes over expired leases while their late handlers'
+// completions arrive. Its statement reaches the rows its walk locked by
+// their addresses, so each item must end with exactly one owner: either
+// the late completion applied (and the rescuer, finding the item
+// succeeded, left it) or the rescuer took the lease (and the completion,
+// its token stale, did not apply). Never both, never neither.
+func TestClaimExpiredRacingLateCompletions(t *testing.T) {
+	t.Parallel()
+	url, schema := pgtest.NewSchema(t)
+	s := pgtest.OpenStoreAt(t, url, schema)
+	ctx := context.Background()
+	t0 := time.Now()
+	run, _, err := s.CreateRun(ctx, "rescue", redrive.RunOptions{}, t0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	const items, batch = 3000, 100
+	if _, err := s.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "rescue", Stage: "a",
+		Items: make([]redrive.NewItem, items), Now: t0}); err != nil {
+		t.Fatal(err)
+	}
+	var leases []redrive.Lease
+	for len(leases) < items {
+		ls, err := s.Claim(ctx, redrive.ClaimRequest{Owner: "late", Pipelines: []string{"rescue"}, Limit: 1000, Now: t0, LeaseUntil: t0.Add(time.Minute)})
+		if err != nil || len(ls) == 0 {
+			t.Fatalf("claim: %d leases, %v", len(ls), err)
+		}
+		leases = append(leases, ls...)
+	}
+	// Completions in a shuffled order, so that they meet the rescuer's
+	// walk (oldest lease first, then by ID) everywhere.
+	rng := rand.New(rand.NewPCG(7, 21))
+	rng.Shuffle(len(leases), func(i, j int) { leases[i], leases[j] = leases[j], leases[i] })
+	later := t0.Add(2 * time.Minute)
+	var (
+		wg        sync.WaitGroup
+		completed = map[int64]bool{}
+		rescued   = map[int64]bool{}
+	)
+	errs := make(chan error, 2)
+	wg.Go(func() {
+		for i := 0; i < len(leases); i += batch {
+			var cs []redrive.Completion
+			for _, l := range leases[i:min(len(leases), i+batch)] {
+				cs = append(cs, done(l, redrive.StateSucceeded, later))
+			}
+			ok, err := s.Complete(ctx, cs)
+			if err != nil {
+				errs <- err
+				return
+			}
+			for j, applied := range ok {
+				if applied {
+					completed[cs[j].ItemID] = true
+				}
+			}
+		}
+	})
+	wg.Go(func() {
+		for {
+			ls, err := s.ClaimExpired(ctx, redrive.ClaimRequest{Owner: "rescuer", Pipelines: []string{"rescue"}, Limit: batch,
+				Now: later, LeaseUntil: later.Add(time.Hour)})
+			if err != nil {
+				errs <- err
+				return
+			}
+			if len(ls) == 0 {
+				return
+			}
+			for _, l := range ls {
+				if rescued[l.Item.ID] {
+					errs <- fmt.Errorf("item %d rescued twice", l.Item.ID)
+					return
+				}
+				rescued[l.Item.ID] = true
+			}
+		}
+	})
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	// The rescuer stops at its first empty batch; items whose completion
+	// had not yet run then are rescued now, and their completions, which
+	// ran since, must not have applied.
+	rest, err := s.ClaimExpired(ctx, redrive.ClaimRequest{Owner: "rescuer", Pipelines: []string{"rescue"}, Limit: items,
+		Now: later, LeaseUntil: later.Add(time.Hour)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range rest {
+		rescued[l.Item.ID] = true
+	}
+	for _, l := range leases {
+		id := l.Item.ID
+		switch {
+		case completed[id] && rescued[id]:
+			t.Errorf("item %d: the late completion applied and the rescuer took its lease too", id)
+		case !completed[id] && !rescued[id]:
+			t.Errorf("item %d: neither completed nor rescued", id)
+		}
+	}
+	var succeeded, running int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*) FILTER (WHERE state = 'running' AND lease_owner = 'rescuer')
+		FROM `+pgx.Identifier{schema, "items"}.Sanitize()).Scan(&succeeded, &running); err != nil {
+		t.Fatal(err)
+	}
+	if succeeded != len(completed) || running != len(rescued) {
+		t.Errorf("store: %d succeeded, %d running under the rescuer; the calls said %d completed, %d rescued",
+			succeeded, running, len(completed), len(rescued))
+	}
+	t.Logf("%d completed late, %d rescued", len(completed), len(rescued))
+}
