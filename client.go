@@ -48,11 +48,7 @@ type Config struct {
 	RescueInterval time.Duration
 	// RunCheckInterval is how often running runs are checked for their
 	// end and their failure budget (a count of each running run's items,
-	// so not too often). A check that takes longer than a twentieth of
-	// the interval (on SQLite, which counts a run's items anew, runs of
-	// several hundred thousand items and more) waits 19 times its own
-	// duration before the next, so that checking never takes more than a
-	// twentieth of the time. Default 1 s.
+	// so not too often). Default 1 s.
 	RunCheckInterval time.Duration
 	// Retention is how long succeeded items and their attempts are kept
 	// after they succeeded. Default 7 days (DefaultRetention); negative
