@@ -604,11 +604,16 @@ func (s *Store) heartbeatSQL() string {
 		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])
 			AND ` + lockedFirst + ` AND ` + countsUnchanged + ` AND ` + outboxUnchanged + `
-		RETURNING i.id, i.lease_token)
+		RETURNING i.id, i.lease_token)` + lostLeases
+}
+
+// lostLeases ends a statement whose WITH query upd returns the id and
+// token of each lease it updated: it selects, in ID order, the leases of
+// the arrays $1 (IDs) and $2 (tokens) that upd did not, those lost.
+const lostLeases = `
 	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
 	ORDER BY u.id`
-}
 
 // releaseSQL is release's statement; its arguments are the leases' item
 // IDs and tokens, the time, the notification channel and the lease losses
@@ -635,10 +640,7 @@ func (s *Store) markStartedSQL() string {
 		FROM unnest($1::bigint[], $2::bigint[], $3::timestamptz[]) AS u(id, token, at)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])
 			AND ` + lockedFirst + ` AND ` + countsUnchanged + ` AND ` + outboxUnchanged + `
-		RETURNING i.id, i.lease_token)
-	SELECT u.id FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
-	WHERE NOT EXISTS (SELECT 1 FROM upd WHERE upd.id = u.id AND upd.lease_token = u.token)
-	ORDER BY u.id`
+		RETURNING i.id, i.lease_token)` + lostLeases
 }
 
 // lockLeased is a WITH query, lk(id, token), that locks the items whose
