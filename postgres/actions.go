@@ -3,54 +3,11 @@ package postgres
 import (
 	"context"
 	"fmt"
-	"time"
 
 	"github.com/jackc/pgx/v5"
 
 	"github.com/redrive/redrive"
 )
-
-// RetryNow makes the waiting pending items selected by f due at now and
-// ready, keeping their attempt counters, and notifies listeners in the
-// same transaction; see redrive.Store. Items claimed meanwhile are left
-// alone.
-func (s *Store) RetryNow(ctx context.Context, f redrive.ItemFilter, now time.Time) (int, error) {
-	f, err := withStates("retry now", f, redrive.StatePending, redrive.StatePending)
-	if err != nil {
-		return 0, err
-	}
-	if f.DueAfter.IsZero() || f.DueAfter.After(now) {
-		f.DueAfter = now
-	}
-	var a args
-	nowP := a.add(now)
-	// ready = true puts the items in items_ready, which Claim walks, so
-	// the next claim sees them without waiting for promotion.
-	sql := `UPDATE ` + s.q + `.items SET next_at = ` + nowP + `, ready = true, updated_at = ` + nowP + `
-		WHERE state = 'pending' AND next_at > ` + nowP + ` AND `
-	if f.Limit > 0 {
-		sql += `id = ANY(ARRAY(SELECT id FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE SKIP LOCKED))`
-	} else {
-		sql += s.itemWhere(f, &a)
-	}
-	var n int64
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		tag, err := tx.Exec(ctx, sql, a...)
-		if err != nil {
-			return err
-		}
-		if n = tag.RowsAffected(); n > 0 {
-			_, err = tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
-		}
-		return err
-	})
-	if err != nil {
-		return 0, s.fail("retry now", err)
-	}
-	// Items made ready anywhere in claim order (claimfrom.go).
-	s.resume.forget()
-	return int(n), nil
-}
 
 // MarkItems links action actionID to the items f selects.
 func (s *Store) MarkItems(ctx context.Context, actionID int64, f redrive.ItemFilter) (int, error) {

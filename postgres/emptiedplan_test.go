@@ -74,7 +74,7 @@ func TestLeaseWritePlansAfterEmptiedVacuum(t *testing.T) {
 }
 
 // checkLeaseWritePlan checks an EXPLAIN ANALYZE of a statement that writes
-// the items of n leases.
+// the items of n leases (or n items it names by ID).
 func checkLeaseWritePlan(t *testing.T, what, plan string, n int) {
 	t.Helper()
 	scans := 0
@@ -82,7 +82,7 @@ func checkLeaseWritePlan(t *testing.T, what, plan string, n int) {
 		if strings.Contains(l, "Rows Removed by Join Filter") {
 			t.Errorf("%s: a join discards rows it read (%s):\n%s", what, strings.TrimSpace(l), plan)
 		}
-		if !strings.Contains(l, " on items ") || strings.Contains(l, "Update on items") {
+		if !strings.Contains(l, " on items ") || strings.Contains(l, "Update on items") || strings.Contains(l, "Delete on items") {
 			continue
 		}
 		scans++
@@ -298,5 +298,126 @@ func TestNotificationClaimAfterEmptiedVacuum(t *testing.T) {
 		if n.ID >= first {
 			t.Fatalf("claimed notification %d, due after %d, which was left", n.ID, first)
 		}
+	}
+}
+
+// The operators' bulk actions write the items they selected and locked by
+// ID, planned as a completion is: after the VACUUM of an emptied items
+// table, Redrive joined every dead item with its selection (4 s for 1,000
+// of 20,000 dead items), and RetryNow, CancelPending and Purge filtered
+// every pending or dead entry of an index by the IDs they had selected.
+// Checked on a table emptied and vacuumed so, then once analyzed: each
+// write reads items by items_pkey, no more rows than it names, and no join
+// discards rows it read; then each action does its work.
+func TestBulkActionsAfterEmptiedVacuum(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, schema := storeWithoutVacuum(t)
+	run := mustRun(t, s, "p")
+	emptyItems(t, s, schema, run)
+	enqueue(t, s, run, make([]redrive.NewItem, 30000)...)
+	var ls []redrive.Lease
+	for range 15 {
+		ls = append(ls, claim(t, s, "p", 2000, t0)...)
+	}
+	// A third succeeds, a third waits on a backoff of an hour, a third dies.
+	var cs []redrive.Completion
+	var waiting, dead []int64
+	for i, l := range ls {
+		c := done(l, redrive.StateSucceeded, t0)
+		switch i % 3 {
+		case 1:
+			c.State, c.NextAt = redrive.StatePending, t0.Add(time.Hour)
+			c.Record.Outcome, c.Record.Class, c.Record.Error = redrive.OutcomeRetry, "transient", "later"
+			waiting = append(waiting, l.Item.ID)
+		case 2:
+			c.State = redrive.StateDead
+			c.Record.Outcome, c.Record.Class, c.Record.Error = redrive.OutcomeDead, "permanent", "boom"
+			c.Reason = &redrive.Reason{Stage: "a", Class: "permanent", Error: "boom", Attempts: 1, At: t0}
+			dead = append(dead, l.Item.ID)
+		}
+		cs = append(cs, c)
+	}
+	for b := range slices.Chunk(cs, 2000) {
+		ok, err := s.Complete(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.Index(ok, false); i >= 0 {
+			t.Fatalf("completion of item %d not applied", b[i].ItemID)
+		}
+	}
+	slices.Sort(waiting)
+	slices.Sort(dead)
+	now := t0.Add(time.Minute)
+	check := func(when string) {
+		t.Helper()
+		plans, err := postgres.BulkWritePlans(ctx, s, waiting[:1000], dead[:1000], now)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, name := range []string{"retry now", "cancel pending", "redrive", "redrive from", "purge"} {
+			checkLeaseWritePlan(t, when+", "+name, plans[name], 1000)
+		}
+	}
+	check("emptied and vacuumed")
+	if _, err := s.Pool().Exec(ctx, `ANALYZE `+pgx.Identifier{schema, "items"}.Sanitize()); err != nil {
+		t.Fatal(err)
+	}
+	check("then analyzed")
+
+	// Each action takes the first items of its selection in ID order.
+	count := func(what string, got int, err error, want int) {
+		t.Helper()
+		if err != nil || got != want {
+			t.Fatalf("%s: %d, %v; want %d", what, got, err, want)
+		}
+	}
+	n, err := s.RetryNow(ctx, redrive.ItemFilter{Pipeline: "p", Limit: 1000}, now)
+	count("RetryNow", n, err, 1000)
+	n, err = s.CancelPending(ctx, redrive.ItemFilter{Pipeline: "p", DueAfter: now, Limit: 1000},
+		redrive.Reason{Class: "canceled", Error: "by an operator", At: now})
+	count("CancelPending", n, err, 1000)
+	n, err = s.Redrive(ctx, redrive.ItemFilter{Pipeline: "p", Limit: 1000}, now, time.Second)
+	count("Redrive", n, err, 1000)
+	n, err = s.RedriveFrom(ctx, redrive.RedriveFromRequest{Filter: redrive.ItemFilter{Pipeline: "p", Limit: 1000}, Stage: "a", Now: now})
+	count("RedriveFrom", n, err, 1000)
+	n, err = s.Purge(ctx, redrive.ItemFilter{Pipeline: "p", Limit: 1000})
+	count("Purge", n, err, 1000)
+	for _, c := range []struct {
+		what  string
+		ids   []int64
+		state redrive.State
+	}{
+		{"retried now", waiting[:1000], redrive.StatePending},
+		{"canceled", waiting[1000:2000], redrive.StateCanceled},
+		{"redriven", dead[:1000], redrive.StatePending},
+		{"redriven from a", dead[1000:2000], redrive.StatePending},
+	} {
+		items, err := s.ListItems(ctx, redrive.ItemFilter{IDs: c.ids, Limit: len(c.ids)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(items) != len(c.ids) {
+			t.Fatalf("%s: listed %d items, want %d", c.what, len(items), len(c.ids))
+		}
+		for i, it := range items {
+			want := now
+			if c.what == "redriven" {
+				want = now.Add(time.Duration(i) * time.Second)
+			}
+			if it.State != c.state || (c.state == redrive.StatePending && !it.NextAt.Equal(want)) {
+				t.Fatalf("%s: item %d is %s due %v, want %s due %v", c.what, it.ID, it.State, it.NextAt, c.state, want)
+			}
+		}
+	}
+	got, err := s.Count(ctx, redrive.ItemFilter{IDs: dead[2000:3000]})
+	count("purged items left", got, err, 0)
+	r, err := s.GetRun(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Counts.Purged != 1000 || !r.Counts.AddsUp() {
+		t.Errorf("run counts %+v, want 1000 purged and the counts adding up", r.Counts)
 	}
 }

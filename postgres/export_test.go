@@ -266,3 +266,29 @@ func NotificationClaimPlan(ctx context.Context, s *Store, req redrive.ClaimReque
 	}
 	return plans["claim notifications"], nil
 }
+
+// BulkWritePlans runs the writes of the operators' bulk actions under
+// EXPLAIN ANALYZE, each in a transaction it rolls back and with the
+// settings the store plans it with: RetryNow's and CancelPending's of the
+// pending items waiting, Redrive's, RedriveFrom's (to the first stage) and
+// Purge's of the dead items dead. It returns the plans by name.
+func BulkWritePlans(ctx context.Context, s *Store, waiting, dead []int64, now time.Time) (map[string]string, error) {
+	plans := map[string]string{}
+	cancel, ca := s.cancelIDsSQL(waiting, redrive.Reason{Class: "canceled", Error: "by an operator", At: now})
+	idx, keep := make([]int32, len(dead)), make([]bool, len(dead))
+	for _, st := range []struct {
+		name, sql string
+		args      []any
+	}{
+		{"retry now", s.retryNowIDsSQL(), []any{waiting, now}},
+		{"cancel pending", cancel, ca},
+		{"redrive", s.redriveIDsSQL(), []any{dead, now, int64(1000)}},
+		{"redrive from", s.redriveFromIDsSQL(), []any{dead, idx, keep, "a", now, int64(0)}},
+		{"purge", s.purgeIDsSQL(), []any{dead}},
+	} {
+		if err := explainAnalyzed(ctx, s, plans, st.name, bulkPlan, st.sql, st.args...); err != nil && !errors.Is(err, errRollback) {
+			return nil, err
+		}
+	}
+	return plans, nil
+}

@@ -101,6 +101,9 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 	ORDER BY s.id`
 	var n int
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, bulkNoJIT); err != nil {
+			return err
+		}
 		rows, err := tx.Query(ctx, sel, a...)
 		if err != nil {
 			return err
@@ -135,27 +138,10 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 		if n == 0 {
 			return nil
 		}
-		_, err = tx.Exec(ctx, `WITH u AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::bool[]) WITH ORDINALITY AS u(id, idx, keep, ord)),
-		upd AS (
-			UPDATE `+s.q+`.items i SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
-				stage = CASE WHEN u.keep THEN i.stage ELSE $4 END,
-				stage_index = u.idx,
-				payload = CASE WHEN u.keep THEN i.payload WHEN u.idx = 0 THEN i.input
-					ELSE (SELECT x.payload FROM (
-							SELECT t.next_input AS payload, t.id FROM `+s.q+`.attempts t
-							WHERE t.item_id = i.id AND t.next_stage_index = u.idx
-							UNION ALL
-							SELECT x.payload, 0 FROM `+s.q+`.item_stage_inputs x WHERE x.item_id = i.id AND x.stage_index = u.idx) x
-						ORDER BY x.id DESC LIMIT 1) END,
-				next_at = $5::timestamptz + ((u.ord - 1) * $6::bigint) * interval '1 microsecond',
-				ready = (u.ord - 1) * $6::bigint <= 0,
-				updated_at = $5, lease_owner = '', lease_expires_at = NULL,
-				reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL,
-			reason_fingerprint = NULL
-			FROM u WHERE i.id = u.id
-			RETURNING i.run_id)
-		UPDATE `+s.q+`.runs SET status = 'running', finished_at = NULL, reason = ''
-		WHERE id IN (SELECT run_id FROM upd)`,
+		if _, err := tx.Exec(ctx, bulkPlan); err != nil {
+			return err
+		}
+		_, err = tx.Exec(ctx, s.redriveFromIDsSQL(),
 			ids, idx, keep, req.Stage, req.Now, req.Interval.Microseconds())
 		if err != nil {
 			return err
@@ -175,6 +161,35 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 	// Items made ready anywhere in claim order (claimfrom.go).
 	s.resume.forget()
 	return n, nil
+}
+
+// redriveFromIDsSQL is RedriveFrom's write of the locked items $1, each
+// at the stage index of $2 (its own stage when $3, else stage $4) with
+// that stage's input, the i-th due at $5 + i*$6 microseconds; it reopens
+// their runs. The items are found as a bulk action finds them (see
+// bulkPlan).
+func (s *Store) redriveFromIDsSQL() string {
+	return `WITH u AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::bool[]) WITH ORDINALITY AS u(id, idx, keep, ord)),
+		upd AS (
+			UPDATE ` + s.q + `.items i SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
+				stage = CASE WHEN u.keep THEN i.stage ELSE $4 END,
+				stage_index = u.idx,
+				payload = CASE WHEN u.keep THEN i.payload WHEN u.idx = 0 THEN i.input
+					ELSE (SELECT x.payload FROM (
+							SELECT t.next_input AS payload, t.id FROM ` + s.q + `.attempts t
+							WHERE t.item_id = i.id AND t.next_stage_index = u.idx
+							UNION ALL
+							SELECT x.payload, 0 FROM ` + s.q + `.item_stage_inputs x WHERE x.item_id = i.id AND x.stage_index = u.idx) x
+						ORDER BY x.id DESC LIMIT 1) END,
+				next_at = $5::timestamptz + ((u.ord - 1) * $6::bigint) * interval '1 microsecond',
+				ready = (u.ord - 1) * $6::bigint <= 0,
+				updated_at = $5, lease_owner = '', lease_expires_at = NULL,
+				reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL,
+			reason_fingerprint = NULL
+			FROM u WHERE i.id = u.id AND i.id = ANY($1::bigint[])
+			RETURNING i.run_id)
+		UPDATE ` + s.q + `.runs SET status = 'running', finished_at = NULL, reason = ''
+		WHERE id IN (SELECT run_id FROM upd)`
 }
 
 // notReached says which selected items never reached stage.

@@ -139,36 +139,6 @@ func (s *Store) Attempts(ctx context.Context, itemID int64) ([]redrive.Attempt, 
 	return out, nil
 }
 
-// CancelPending cancels the pending items selected by f (f.States must be
-// empty or pending) with reason r and returns how many it canceled. An
-// empty r.Stage means each item's current stage; r.Attempts 0 means each
-// item's attempt counter. The items' UpdatedAt becomes r.At. Items claimed
-// meanwhile are not canceled.
-func (s *Store) CancelPending(ctx context.Context, f redrive.ItemFilter, r redrive.Reason) (int, error) {
-	f, err := withStates("cancel pending", f, redrive.StatePending, redrive.StatePending)
-	if err != nil {
-		return 0, err
-	}
-	var a args
-	at := a.add(r.At)
-	sql := `UPDATE ` + s.q + `.items SET state = 'canceled', updated_at = ` + at + `,
-		reason_stage = coalesce(nullif(` + a.add(r.Stage) + `, ''), stage),
-		reason_class = ` + a.add(r.Class) + `, reason_error = ` + a.add(r.Error) + `,
-		reason_attempts = coalesce(nullif(` + a.add(r.Attempts) + `::int, 0), attempt),
-		reason_at = ` + at + `, reason_fingerprint = ` + a.add(redrive.Fingerprint(r.Error)) + `
-	WHERE state = 'pending' AND `
-	if f.Limit > 0 {
-		sql += `id = ANY(ARRAY(SELECT id FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE SKIP LOCKED))`
-	} else {
-		sql += s.itemWhere(f, &a)
-	}
-	tag, err := s.pool.Exec(ctx, sql, a...)
-	if err != nil {
-		return 0, s.fail("cancel pending", err)
-	}
-	return int(tag.RowsAffected()), nil
-}
-
 // StateCounts counts items by pipeline, stage and state, ordered by
 // pipeline, stage index, stage and state; runID 0 means all runs.
 func (s *Store) StateCounts(ctx context.Context, runID int64) ([]redrive.StateCount, error) {
@@ -285,83 +255,6 @@ func (s *Store) TopErrors(ctx context.Context, f redrive.ErrorFilter) ([]redrive
 		return nil, s.fail("top errors", err)
 	}
 	return out, nil
-}
-
-// Redrive sends the dead or canceled items selected by f (f.States empty
-// means dead) back to pending at the stage they stopped at, with attempt
-// and rate-limit counters at 0 and the reason cleared; their attempts are
-// kept. The i-th item in ID order is due at now + i*interval. The runs of
-// the redriven items reopen (status running, no finish time or reason) and
-// listeners are notified, in the same transaction.
-func (s *Store) Redrive(ctx context.Context, f redrive.ItemFilter, now time.Time, interval time.Duration) (int, error) {
-	if interval < 0 {
-		return 0, errors.New("postgres: redrive: negative interval")
-	}
-	f, err := withStates("redrive", f, redrive.StateDead, redrive.StateDead, redrive.StateCanceled)
-	if err != nil {
-		return 0, err
-	}
-	var a args
-	nowP, ivP, statesP := a.add(now), a.add(interval.Microseconds()), a.add(statesText(f.States))
-	sql := `WITH sel AS (
-		SELECT id FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE),
-	num AS (SELECT id, row_number() OVER (ORDER BY id) - 1 AS n FROM sel),
-	upd AS (
-		UPDATE ` + s.q + `.items i SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
-			next_at = ` + nowP + `::timestamptz + (num.n * ` + ivP + `::bigint) * interval '1 microsecond',
-			ready = num.n * ` + ivP + `::bigint <= 0,
-			updated_at = ` + nowP + `, lease_owner = '', lease_expires_at = NULL,
-			reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL,
-			reason_fingerprint = NULL
-		FROM num WHERE i.id = num.id AND i.state = ANY(` + statesP + `::text[])
-		RETURNING i.run_id),
-	reopen AS (
-		UPDATE ` + s.q + `.runs SET status = 'running', finished_at = NULL, reason = ''
-		WHERE id IN (SELECT run_id FROM upd))
-	SELECT count(*) FROM upd`
-	var n int64
-	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if err := tx.QueryRow(ctx, sql, a...).Scan(&n); err != nil {
-			return err
-		}
-		if n > 0 {
-			_, err := tx.Exec(ctx, `SELECT pg_notify($1, '')`, s.channel)
-			return err
-		}
-		return nil
-	})
-	if err != nil {
-		return 0, s.fail("redrive", err)
-	}
-	// Items made ready anywhere in claim order (claimfrom.go).
-	s.resume.forget()
-	return int(n), nil
-}
-
-// Purge deletes the dead items selected by f, and canceled ones when
-// f.States names that state, with their attempts, and counts them as purged
-// in their runs. It returns how many items it deleted.
-func (s *Store) Purge(ctx context.Context, f redrive.ItemFilter) (int, error) {
-	f, err := withStates("purge", f, redrive.StateDead, redrive.StateDead, redrive.StateCanceled)
-	if err != nil {
-		return 0, err
-	}
-	var a args
-	// The outer state condition is re-checked on rows redriven meanwhile.
-	// The runs keep counting the purged items: the delete trigger takes
-	// them off their state's count in run_counts, and the same statement
-	// adds them under 'purged'.
-	var n int64
-	err = s.pool.QueryRow(ctx, `WITH d AS (DELETE FROM `+s.q+`.items WHERE state = ANY(`+a.add(statesText(f.States))+`::text[]) AND id = ANY(ARRAY(
-		SELECT id FROM `+s.q+`.items WHERE `+s.itemWhere(f, &a)+` ORDER BY id`+limitClause(&a, f.Limit)+`)) RETURNING id, run_id),
-	da AS (DELETE FROM `+s.q+`.attempts WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
-	dm AS (DELETE FROM `+s.q+`.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
-	pc AS (INSERT INTO `+s.q+`.run_counts (run_id, state, n) SELECT run_id, 'purged', count(*) FROM d GROUP BY run_id)
-	SELECT count(*) FROM d`, a...).Scan(&n)
-	if err != nil {
-		return 0, s.fail("purge", err)
-	}
-	return int(n), nil
 }
 
 // Count counts the items selected by f, at most f.Limit when it is set.
