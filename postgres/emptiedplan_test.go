@@ -312,43 +312,7 @@ func TestNotificationClaimAfterEmptiedVacuum(t *testing.T) {
 func TestBulkActionsAfterEmptiedVacuum(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	s, schema := storeWithoutVacuum(t)
-	run := mustRun(t, s, "p")
-	emptyItems(t, s, schema, run)
-	enqueue(t, s, run, make([]redrive.NewItem, 30000)...)
-	var ls []redrive.Lease
-	for range 15 {
-		ls = append(ls, claim(t, s, "p", 2000, t0)...)
-	}
-	// A third succeeds, a third waits on a backoff of an hour, a third dies.
-	var cs []redrive.Completion
-	var waiting, dead []int64
-	for i, l := range ls {
-		c := done(l, redrive.StateSucceeded, t0)
-		switch i % 3 {
-		case 1:
-			c.State, c.NextAt = redrive.StatePending, t0.Add(time.Hour)
-			c.Record.Outcome, c.Record.Class, c.Record.Error = redrive.OutcomeRetry, "transient", "later"
-			waiting = append(waiting, l.Item.ID)
-		case 2:
-			c.State = redrive.StateDead
-			c.Record.Outcome, c.Record.Class, c.Record.Error = redrive.OutcomeDead, "permanent", "boom"
-			c.Reason = &redrive.Reason{Stage: "a", Class: "permanent", Error: "boom", Attempts: 1, At: t0}
-			dead = append(dead, l.Item.ID)
-		}
-		cs = append(cs, c)
-	}
-	for b := range slices.Chunk(cs, 2000) {
-		ok, err := s.Complete(ctx, b)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if i := slices.Index(ok, false); i >= 0 {
-			t.Fatalf("completion of item %d not applied", b[i].ItemID)
-		}
-	}
-	slices.Sort(waiting)
-	slices.Sort(dead)
+	s, schema, run, waiting, dead := bulkActionsFixture(t, 30000)
 	now := t0.Add(time.Minute)
 	check := func(when string) {
 		t.Helper()
@@ -420,4 +384,50 @@ func TestBulkActionsAfterEmptiedVacuum(t *testing.T) {
 	if r.Counts.Purged != 1000 || !r.Counts.AddsUp() {
 		t.Errorf("run counts %+v, want 1000 purged and the counts adding up", r.Counts)
 	}
+}
+
+// bulkActionsFixture makes a store of n items (of one run, the one
+// returned) enqueued after the VACUUM of its emptied items table: a third
+// succeeded, a third pending on a backoff of an hour (waiting, in ID
+// order) and a third dead (dead, in ID order).
+func bulkActionsFixture(t testing.TB, n int) (s *postgres.Store, schema string, run redrive.Run, waiting, dead []int64) {
+	t.Helper()
+	ctx := context.Background()
+	s, schema = storeWithoutVacuum(t)
+	run = mustRun(t, s, "p")
+	emptyItems(t, s, schema, run)
+	enqueue(t, s, run, make([]redrive.NewItem, n)...)
+	var ls []redrive.Lease
+	for len(ls) < n {
+		ls = append(ls, claim(t, s, "p", 2000, t0)...)
+	}
+	// A third succeeds, a third waits on a backoff of an hour, a third dies.
+	var cs []redrive.Completion
+	for i, l := range ls {
+		c := done(l, redrive.StateSucceeded, t0)
+		switch i % 3 {
+		case 1:
+			c.State, c.NextAt = redrive.StatePending, t0.Add(time.Hour)
+			c.Record.Outcome, c.Record.Class, c.Record.Error = redrive.OutcomeRetry, "transient", "later"
+			waiting = append(waiting, l.Item.ID)
+		case 2:
+			c.State = redrive.StateDead
+			c.Record.Outcome, c.Record.Class, c.Record.Error = redrive.OutcomeDead, "permanent", "boom"
+			c.Reason = &redrive.Reason{Stage: "a", Class: "permanent", Error: "boom", Attempts: 1, At: t0}
+			dead = append(dead, l.Item.ID)
+		}
+		cs = append(cs, c)
+	}
+	for b := range slices.Chunk(cs, 2000) {
+		ok, err := s.Complete(ctx, b)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if i := slices.Index(ok, false); i >= 0 {
+			t.Fatalf("completion of item %d not applied", b[i].ItemID)
+		}
+	}
+	slices.Sort(waiting)
+	slices.Sort(dead)
+	return s, schema, run, waiting, dead
 }

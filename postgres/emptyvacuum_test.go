@@ -13,7 +13,7 @@ import (
 // storeWithoutVacuum opens a store in a schema of its own that runs no
 // VACUUM of its own (Options.VacuumAfter -1), so that the tests set the
 // statistics; it is closed when the test ends.
-func storeWithoutVacuum(t *testing.T) (*postgres.Store, string) {
+func storeWithoutVacuum(t testing.TB) (*postgres.Store, string) {
 	t.Helper()
 	url, schema := pgtest.NewSchema(t)
 	s, err := postgres.Open(context.Background(), url, postgres.Options{Schema: schema, Migrate: true, VacuumAfter: -1})
@@ -28,7 +28,7 @@ func storeWithoutVacuum(t *testing.T) (*postgres.Store, string) {
 // all and vacuums the table without truncating it, so that VACUUM leaves
 // reltuples 0 with its pages kept: the statistics under which the planner
 // estimates one row of items whatever the table holds.
-func emptyItems(t *testing.T, s *postgres.Store, schema string, run redrive.Run) {
+func emptyItems(t testing.TB, s *postgres.Store, schema string, run redrive.Run) {
 	t.Helper()
 	ctx := context.Background()
 	for range 4 {

@@ -16,7 +16,7 @@ import (
 
 var t0 = time.Date(2025, 3, 1, 12, 0, 0, 0, time.UTC)
 
-func mustRun(t *testing.T, s *postgres.Store, p string) redrive.Run {
+func mustRun(t testing.TB, s *postgres.Store, p string) redrive.Run {
 	t.Helper()
 	r, created, err := s.CreateRun(context.Background(), p, redrive.RunOptions{}, t0)
 	if err != nil || !created {
@@ -25,7 +25,7 @@ func mustRun(t *testing.T, s *postgres.Store, p string) redrive.Run {
 	return r
 }
 
-func enqueue(t *testing.T, s *postgres.Store, run redrive.Run, items ...redrive.NewItem) []redrive.Enqueued {
+func enqueue(t testing.TB, s *postgres.Store, run redrive.Run, items ...redrive.NewItem) []redrive.Enqueued {
 	t.Helper()
 	out, err := s.Enqueue(context.Background(), redrive.EnqueueRequest{RunID: run.ID, Pipeline: run.Pipeline,
 		Stage: "a", Items: items, Now: t0})
@@ -35,7 +35,7 @@ func enqueue(t *testing.T, s *postgres.Store, run redrive.Run, items ...redrive.
 	return out
 }
 
-func claim(t *testing.T, s *postgres.Store, p string, n int, now time.Time) []redrive.Lease {
+func claim(t testing.TB, s *postgres.Store, p string, n int, now time.Time) []redrive.Lease {
 	t.Helper()
 	ls, err := s.Claim(context.Background(), redrive.ClaimRequest{Owner: "w", Pipelines: []string{p}, Limit: n,
 		LeaseUntil: now.Add(time.Minute), Now: now})

@@ -1,0 +1,54 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/redrive/redrive"
+)
+
+// BenchmarkBulkActionsAfterEmptiedVacuum times each operator's bulk action
+// on 1,000 items of a store whose items were enqueued after the VACUUM of
+// its emptied items table (see bulkActionsFixture), at two sizes, so that
+// a cost that grows with the table shows; ms per action.
+//
+//	REDRIVE_TEST_POSTGRES=… go test ./postgres -run '^$' -bench BulkActionsAfterEmptiedVacuum -benchtime 1x
+func BenchmarkBulkActionsAfterEmptiedVacuum(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{30000, 90000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			total := map[string]time.Duration{}
+			for range b.N {
+				s, _, _, _, _ := bulkActionsFixture(b, n)
+				now := t0.Add(time.Minute)
+				for _, a := range []struct {
+					name string
+					do   func() (int, error)
+				}{
+					{"retry-now", func() (int, error) { return s.RetryNow(ctx, redrive.ItemFilter{Pipeline: "p", Limit: 1000}, now) }},
+					{"cancel-pending", func() (int, error) {
+						return s.CancelPending(ctx, redrive.ItemFilter{Pipeline: "p", DueAfter: now, Limit: 1000},
+							redrive.Reason{Class: "canceled", Error: "by an operator", At: now})
+					}},
+					{"redrive", func() (int, error) { return s.Redrive(ctx, redrive.ItemFilter{Pipeline: "p", Limit: 1000}, now, time.Second) }},
+					{"redrive-from", func() (int, error) {
+						return s.RedriveFrom(ctx, redrive.RedriveFromRequest{Filter: redrive.ItemFilter{Pipeline: "p", Limit: 1000}, Stage: "a", Now: now})
+					}},
+					{"purge", func() (int, error) { return s.Purge(ctx, redrive.ItemFilter{Pipeline: "p", Limit: 1000}) }},
+				} {
+					start := time.Now()
+					got, err := a.do()
+					if err != nil || got != 1000 {
+						b.Fatalf("%s: %d, %v; want 1000", a.name, got, err)
+					}
+					total[a.name] += time.Since(start)
+				}
+			}
+			for name, d := range total {
+				b.ReportMetric(float64(d.Microseconds())/1000/float64(b.N), name+"-ms")
+			}
+		})
+	}
+}
