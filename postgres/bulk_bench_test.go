@@ -6,6 +6,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
+
 	"github.com/redrive/redrive"
 )
 
@@ -32,7 +34,9 @@ func BenchmarkBulkActionsAfterEmptiedVacuum(b *testing.B) {
 						return s.CancelPending(ctx, redrive.ItemFilter{Pipeline: "p", DueAfter: now, Limit: 1000},
 							redrive.Reason{Class: "canceled", Error: "by an operator", At: now})
 					}},
-					{"redrive", func() (int, error) { return s.Redrive(ctx, redrive.ItemFilter{Pipeline: "p", Limit: 1000}, now, time.Second) }},
+					{"redrive", func() (int, error) {
+						return s.Redrive(ctx, redrive.ItemFilter{Pipeline: "p", Limit: 1000}, now, time.Second)
+					}},
 					{"redrive-from", func() (int, error) {
 						return s.RedriveFrom(ctx, redrive.RedriveFromRequest{Filter: redrive.ItemFilter{Pipeline: "p", Limit: 1000}, Stage: "a", Now: now})
 					}},
@@ -49,6 +53,34 @@ func BenchmarkBulkActionsAfterEmptiedVacuum(b *testing.B) {
 			for name, d := range total {
 				b.ReportMetric(float64(d.Microseconds())/1000/float64(b.N), name+"-ms")
 			}
+		})
+	}
+}
+
+// BenchmarkNotificationRedriveAfterEmptiedVacuum times RedriveNotifications
+// of 1,000 of n dead notifications inserted after the VACUUM of a drained
+// outbox (see emptyOutbox), at two sizes; ms per redrive.
+//
+//	REDRIVE_TEST_POSTGRES=… go test ./postgres -run '^$' -bench NotificationRedriveAfterEmptiedVacuum -benchtime 1x
+func BenchmarkNotificationRedriveAfterEmptiedVacuum(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{5000, 20000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			var total time.Duration
+			for range b.N {
+				s, schema := storeWithoutVacuum(b)
+				outbox := pgx.Identifier{schema, "outbox"}.Sanitize()
+				insertNotifications(b, s, outbox, 20000, "pending")
+				emptyOutbox(b, s, outbox)
+				insertNotifications(b, s, outbox, n, "dead")
+				start := time.Now()
+				got, err := s.RedriveNotifications(ctx, redrive.NotificationFilter{Limit: 1000}, t0.Add(time.Hour))
+				total += time.Since(start)
+				if err != nil || got != 1000 {
+					b.Fatalf("RedriveNotifications: %d, %v; want 1000", got, err)
+				}
+			}
+			b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/redrive")
 		})
 	}
 }

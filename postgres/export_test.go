@@ -292,3 +292,14 @@ func BulkWritePlans(ctx context.Context, s *Store, waiting, dead []int64, now ti
 	}
 	return plans, nil
 }
+
+// NotificationRedrivePlan runs RedriveNotifications' write of the
+// notifications ids under EXPLAIN ANALYZE, with the settings the store
+// plans it with, in a transaction it rolls back, and returns the plan.
+func NotificationRedrivePlan(ctx context.Context, s *Store, ids []int64, now time.Time) (string, error) {
+	plans := map[string]string{}
+	if err := explainAnalyzed(ctx, s, plans, "redrive notifications", bulkPlan, s.redriveNotificationsIDsSQL(), ids, now); err != nil && !errors.Is(err, errRollback) {
+		return "", err
+	}
+	return plans["redrive notifications"], nil
+}

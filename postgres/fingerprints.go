@@ -23,10 +23,12 @@ func (s *Store) backfillFingerprints(ctx context.Context) error {
 	for _, t := range []struct{ sel, upd string }{
 		{`SELECT id, reason_error FROM ` + s.q + `.items WHERE reason_error IS NOT NULL AND reason_fingerprint IS NULL
 			ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`,
-			`UPDATE ` + s.q + `.items i SET reason_fingerprint = u.fp FROM unnest($1::bigint[], $2::text[]) AS u(id, fp) WHERE i.id = u.id`},
+			`UPDATE ` + s.q + `.items i SET reason_fingerprint = u.fp FROM unnest($1::bigint[], $2::text[]) AS u(id, fp)
+				WHERE i.id = u.id AND i.id = ANY($1::bigint[])`},
 		{`SELECT id, error FROM ` + s.q + `.attempts WHERE outcome <> 'succeeded' AND fingerprint IS NULL
 			ORDER BY id LIMIT $1 FOR UPDATE SKIP LOCKED`,
-			`UPDATE ` + s.q + `.attempts a SET fingerprint = u.fp FROM unnest($1::bigint[], $2::text[]) AS u(id, fp) WHERE a.id = u.id`},
+			`UPDATE ` + s.q + `.attempts a SET fingerprint = u.fp FROM unnest($1::bigint[], $2::text[]) AS u(id, fp)
+				WHERE a.id = u.id AND a.id = ANY($1::bigint[])`},
 	} {
 		for {
 			n := 0
@@ -49,6 +51,10 @@ func (s *Store) backfillFingerprints(ctx context.Context) error {
 				n = len(ids)
 				if n == 0 {
 					return nil
+				}
+				// Written by ID as a bulk action writes (see bulkPlan).
+				if _, err := tx.Exec(ctx, bulkPlan); err != nil {
+					return err
 				}
 				_, err = tx.Exec(ctx, t.upd, ids, fps)
 				return err

@@ -257,17 +257,40 @@ func (s *Store) RedriveNotifications(ctx context.Context, f redrive.Notification
 		}
 	}
 	f.Statuses = []redrive.NotificationStatus{redrive.NotificationDead}
+	// Selected and locked, then written by ID (see bulkPlan): in one
+	// statement, after the VACUUM of a drained outbox (reltuples 0 over
+	// the pages kept, see completePlan), the planner ran the locking
+	// selection once
+	// per dead notification, each time sorting them all, and each run
+	// locked the next rows, past those already redriven: a redrive of
+	// 1,000 of 20,000 dead notifications redrove all of them, in 64 s.
 	var a args
-	at := a.add(now)
-	where := notificationWhere(f, &a)
-	tag, err := s.pool.Exec(ctx, `UPDATE `+s.q+`.outbox SET status = 'pending', attempts = 0, rate_limit_waits = 0,
-		next_at = `+at+`, updated_at = `+at+`, lease_owner = ''
-		WHERE status = 'dead' AND id IN (SELECT id FROM `+s.q+`.outbox WHERE `+where+` ORDER BY id`+limitClause(&a, f.Limit)+`
-			FOR UPDATE)`, a...)
+	sel := `SELECT id FROM ` + s.q + `.outbox WHERE ` + notificationWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE`
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		ids, err := lockedIDs(ctx, tx, sel, a)
+		if err != nil || len(ids) == 0 {
+			return err
+		}
+		if _, err := tx.Exec(ctx, bulkPlan); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, s.redriveNotificationsIDsSQL(), ids, now)
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return 0, s.fail("redrive notifications", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
+}
+
+// redriveNotificationsIDsSQL is RedriveNotifications' write of the locked
+// notifications $1, due at $2.
+func (s *Store) redriveNotificationsIDsSQL() string {
+	return `UPDATE ` + s.q + `.outbox o SET status = 'pending', attempts = 0, rate_limit_waits = 0,
+		next_at = $2, updated_at = $2, lease_owner = ''
+		FROM unnest($1::bigint[]) AS u(id) WHERE o.id = u.id AND o.id = ANY($1::bigint[])`
 }
 
 // CountNotifications counts the notifications of f's pipeline and event by
