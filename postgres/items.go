@@ -5,68 +5,103 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/redrive/redrive"
 )
 
-// itemCols are the columns scanItem reads, in order.
+// itemCols are the columns an itemScanner reads, in order.
 const itemCols = `id, run_id, pipeline, coalesce(key, ''), stage, stage_index, state, priority,
 	attempt, rate_limit_waits, payload, input, enqueued_at, next_at, lease_owner,
 	lease_expires_at, updated_at, reason_stage, reason_class, reason_error,
 	reason_attempts, reason_at, lease_token,
 	failed_attempts, order_at, attempt_started_at, lease_losses, traceparent, tracestate`
 
-// scanItem reads the columns of itemCols.
-func scanItem(row pgx.Row) (redrive.Item, int64, error) {
-	var (
-		it                         redrive.Item
-		state                      string
-		leaseExp, rAt              *time.Time
-		rStage, rClass, rErr       *string
-		rAttempts                  *int32
-		stageIndex, prio, att, rlw int32
-		failed                     int32
-		token                      int64
-		started                    *time.Time
-		losses                     int32
-		tp, ts                     *string
-	)
-	err := row.Scan(&it.ID, &it.RunID, &it.Pipeline, &it.Key, &it.Stage, &stageIndex, &state, &prio,
-		&att, &rlw, &it.Payload, &it.Input, &it.EnqueuedAt, &it.NextAt, &it.LeaseOwner,
-		&leaseExp, &it.UpdatedAt, &rStage, &rClass, &rErr, &rAttempts, &rAt, &token,
-		&failed, &it.OrderAt, &started, &losses, &tp, &ts)
-	if err != nil {
-		return it, 0, err
+// itemScanner reads rows of itemCols into items. A claim reads all its rows
+// with one, so that a row costs the item's own strings and bytes and
+// nothing more: the scan targets that an item does not hold are the
+// scanner's, allocated once (each escaped to the heap on its own, a dozen
+// allocations per row, when they were a function's variables), and the
+// names that items share (pipeline, stage, state, lease owner) are read
+// as the driver's bytes and kept once.
+type itemScanner struct {
+	it                         redrive.Item
+	pipeline, stage, state     pgtype.DriverBytes
+	owner                      pgtype.DriverBytes
+	leaseExp, rAt, started     pgtype.Timestamptz
+	rStage, rClass, rErr       pgtype.Text
+	tp, ts                     pgtype.Text
+	rAttempts                  pgtype.Int4
+	stageIndex, prio, att, rlw int32
+	failed, losses             int32
+	token                      int64
+	dest                       []any
+	names                      map[string]string
+}
+
+// maxNames bounds an itemScanner's kept names: a read of many pipelines,
+// stages or owners starts over rather than growing without end.
+const maxNames = 256
+
+func newItemScanner() *itemScanner {
+	s := &itemScanner{}
+	s.dest = []any{&s.it.ID, &s.it.RunID, &s.pipeline, &s.it.Key, &s.stage, &s.stageIndex, &s.state, &s.prio,
+		&s.att, &s.rlw, &s.it.Payload, &s.it.Input, &s.it.EnqueuedAt, &s.it.NextAt, &s.owner,
+		&s.leaseExp, &s.it.UpdatedAt, &s.rStage, &s.rClass, &s.rErr, &s.rAttempts, &s.rAt, &s.token,
+		&s.failed, &s.it.OrderAt, &s.started, &s.losses, &s.tp, &s.ts}
+	return s
+}
+
+// name returns b as a string, the same string for the same bytes.
+func (s *itemScanner) name(b []byte) string {
+	if n, ok := s.names[string(b)]; ok {
+		return n
 	}
-	it.TraceParent, it.TraceState = deref(tp), deref(ts)
-	it.State = redrive.State(state)
-	it.LeaseLosses = int(losses)
-	if started != nil && it.State == redrive.StateRunning {
-		it.AttemptStartedAt = started.UTC()
+	if s.names == nil || len(s.names) >= maxNames {
+		s.names = make(map[string]string)
 	}
-	it.StageIndex, it.Priority, it.Attempt, it.RateLimitWaits = int(stageIndex), int(prio), int(att), int(rlw)
-	it.FailedAttempts = int(failed)
+	n := string(b)
+	s.names[n] = n
+	return n
+}
+
+// scan reads the row's columns of itemCols and returns the item and its
+// lease token.
+func (s *itemScanner) scan(row pgx.Row) (redrive.Item, int64, error) {
+	s.it = redrive.Item{}
+	if err := row.Scan(s.dest...); err != nil {
+		return redrive.Item{}, 0, err
+	}
+	it := s.it
+	it.Pipeline, it.Stage, it.LeaseOwner = s.name(s.pipeline), s.name(s.stage), s.name(s.owner)
+	it.State = redrive.State(s.name(s.state))
+	it.TraceParent, it.TraceState = s.tp.String, s.ts.String
+	it.LeaseLosses = int(s.losses)
+	if s.started.Valid && it.State == redrive.StateRunning {
+		it.AttemptStartedAt = s.started.Time.UTC()
+	}
+	it.StageIndex, it.Priority, it.Attempt, it.RateLimitWaits = int(s.stageIndex), int(s.prio), int(s.att), int(s.rlw)
+	it.FailedAttempts = int(s.failed)
 	it.EnqueuedAt = it.EnqueuedAt.UTC()
 	it.OrderAt = it.OrderAt.UTC()
 	it.NextAt = it.NextAt.UTC()
 	it.UpdatedAt = it.UpdatedAt.UTC()
-	if leaseExp != nil {
-		it.LeaseExpiresAt = leaseExp.UTC()
+	if s.leaseExp.Valid {
+		it.LeaseExpiresAt = s.leaseExp.Time.UTC()
 	}
-	if rClass != nil {
-		r := &redrive.Reason{Stage: deref(rStage), Class: *rClass, Error: deref(rErr)}
-		if rAttempts != nil {
-			r.Attempts = int(*rAttempts)
+	if s.rClass.Valid {
+		r := &redrive.Reason{Stage: s.rStage.String, Class: s.rClass.String, Error: s.rErr.String}
+		if s.rAttempts.Valid {
+			r.Attempts = int(s.rAttempts.Int32)
 		}
-		if rAt != nil {
-			r.At = rAt.UTC()
+		if s.rAt.Valid {
+			r.At = s.rAt.Time.UTC()
 		}
 		it.Reason = r
 	}
-	return it, token, nil
+	return it, s.token, nil
 }
 
 func deref(p *string) string {

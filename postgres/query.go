@@ -15,7 +15,16 @@ import (
 
 // GetItem returns one item, or an error wrapping redrive.ErrNotFound.
 func (s *Store) GetItem(ctx context.Context, id int64) (redrive.Item, error) {
-	it, _, err := scanItem(s.pool.QueryRow(ctx, `SELECT `+itemCols+` FROM `+s.q+`.items WHERE id = $1`, id))
+	rows, err := s.pool.Query(ctx, `SELECT `+itemCols+` FROM `+s.q+`.items WHERE id = $1`, id)
+	if err != nil {
+		return redrive.Item{}, s.fail("get item", err)
+	}
+	// Rows, not a Row: itemScanner reads names as the driver's bytes,
+	// which a Row has released by the time it scans.
+	it, err := pgx.CollectExactlyOneRow(rows, func(row pgx.CollectableRow) (redrive.Item, error) {
+		it, _, err := newItemScanner().scan(row)
+		return it, err
+	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return it, fmt.Errorf("postgres: get item %d: %w", id, redrive.ErrNotFound)
 	}
@@ -40,8 +49,9 @@ func (s *Store) ListItems(ctx context.Context, f redrive.ItemFilter) ([]redrive.
 	}
 	defer rows.Close()
 	var out []redrive.Item
+	sc := newItemScanner()
 	for rows.Next() {
-		it, _, err := scanItem(rows)
+		it, _, err := sc.scan(rows)
 		if err != nil {
 			return nil, s.fail("list items", err)
 		}

@@ -555,8 +555,9 @@ func (s *Store) claim(ctx context.Context, sql string, limit int, a args) ([]red
 func collectLeases(rows pgx.Rows, limit int) ([]redrive.Lease, error) {
 	defer rows.Close()
 	out := make([]redrive.Lease, 0, min(limit, 10000))
+	sc := newItemScanner()
 	for rows.Next() {
-		it, token, err := scanItem(rows)
+		it, token, err := sc.scan(rows)
 		if err != nil {
 			return nil, err
 		}
