@@ -19,44 +19,62 @@ const itemCols = `id, run_id, pipeline, key, stage, stage_index, state, priority
 
 // scanItem scans itemCols and returns the item and its lease token.
 func scanItem(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
-	var (
-		it                     redrive.Item
-		key, owner             sql.NullString
-		state                  string
-		enq, next, upd, token  int64
-		order                  sql.NullInt64
-		leaseExp, rAt          sql.NullInt64
-		rStage, rClass, rError sql.NullString
-		rAttempts              sql.NullInt64
-		started                sql.NullInt64
-		tp, ts                 sql.NullString
-	)
-	err := sc.Scan(&it.ID, &it.RunID, &it.Pipeline, &key, &it.Stage, &it.StageIndex, &state, &it.Priority,
-		&it.Attempt, &it.RateLimitWaits, &it.Payload, &it.Input, &enq, &next, &token, &owner, &leaseExp, &upd,
-		&rStage, &rClass, &rError, &rAttempts, &rAt,
-		&it.FailedAttempts, &order, &started, &it.LeaseLosses, &tp, &ts)
-	if err != nil {
-		return it, 0, err
+	return newItemScanner().scan(sc)
+}
+
+// itemScanner scans rows of itemCols into items. A claim scans all its
+// rows with one, so that the scan targets an item does not hold are
+// allocated once: as a function's variables, each escaped to the heap on
+// its own, a dozen allocations per row.
+type itemScanner struct {
+	it                     redrive.Item
+	key, owner             sql.NullString
+	state                  string
+	enq, next, upd, token  int64
+	order                  sql.NullInt64
+	leaseExp, rAt          sql.NullInt64
+	rStage, rClass, rError sql.NullString
+	rAttempts              sql.NullInt64
+	started                sql.NullInt64
+	tp, ts                 sql.NullString
+	dest                   []any
+}
+
+func newItemScanner() *itemScanner {
+	s := &itemScanner{}
+	s.dest = []any{&s.it.ID, &s.it.RunID, &s.it.Pipeline, &s.key, &s.it.Stage, &s.it.StageIndex, &s.state, &s.it.Priority,
+		&s.it.Attempt, &s.it.RateLimitWaits, &s.it.Payload, &s.it.Input, &s.enq, &s.next, &s.token, &s.owner, &s.leaseExp, &s.upd,
+		&s.rStage, &s.rClass, &s.rError, &s.rAttempts, &s.rAt,
+		&s.it.FailedAttempts, &s.order, &s.started, &s.it.LeaseLosses, &s.tp, &s.ts}
+	return s
+}
+
+// scan scans one row of itemCols.
+func (s *itemScanner) scan(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
+	s.it = redrive.Item{}
+	if err := sc.Scan(s.dest...); err != nil {
+		return redrive.Item{}, 0, err
 	}
-	it.TraceParent, it.TraceState = tp.String, ts.String
-	if it.State = redrive.State(state); it.State == redrive.StateRunning {
-		it.AttemptStartedAt = nt(started)
+	it := s.it
+	it.TraceParent, it.TraceState = s.tp.String, s.ts.String
+	if it.State = redrive.State(s.state); it.State == redrive.StateRunning {
+		it.AttemptStartedAt = nt(s.started)
 	}
-	it.Key = key.String
-	it.EnqueuedAt = ntz(enq)
+	it.Key = s.key.String
+	it.EnqueuedAt = ntz(s.enq)
 	it.OrderAt = it.EnqueuedAt
-	if order.Valid {
-		it.OrderAt = ntz(order.Int64)
+	if s.order.Valid {
+		it.OrderAt = ntz(s.order.Int64)
 	}
-	it.NextAt = ntz(next)
-	it.LeaseOwner = owner.String
-	it.LeaseExpiresAt = nt(leaseExp)
-	it.UpdatedAt = ntz(upd)
-	if rClass.Valid {
-		it.Reason = &redrive.Reason{Stage: rStage.String, Class: rClass.String, Error: rError.String,
-			Attempts: int(rAttempts.Int64), At: nt(rAt)}
+	it.NextAt = ntz(s.next)
+	it.LeaseOwner = s.owner.String
+	it.LeaseExpiresAt = nt(s.leaseExp)
+	it.UpdatedAt = ntz(s.upd)
+	if s.rClass.Valid {
+		it.Reason = &redrive.Reason{Stage: s.rStage.String, Class: s.rClass.String, Error: s.rError.String,
+			Attempts: int(s.rAttempts.Int64), At: nt(s.rAt)}
 	}
-	return it, token, nil
+	return it, s.token, nil
 }
 
 func nullStr(s string) any {
@@ -282,8 +300,9 @@ func (s *Store) claim(ctx context.Context, op, q string, args []any, limit int, 
 			return err
 		}
 		defer rows.Close()
+		sc := newItemScanner()
 		for rows.Next() {
-			it, token, err := scanItem(rows)
+			it, token, err := sc.scan(rows)
 			if err != nil {
 				return err
 			}

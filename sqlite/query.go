@@ -155,8 +155,9 @@ func (s *Store) ListItems(ctx context.Context, f redrive.ItemFilter) ([]redrive.
 	}
 	defer rows.Close()
 	var items []redrive.Item
+	sc := newItemScanner()
 	for rows.Next() {
-		it, _, err := scanItem(rows)
+		it, _, err := sc.scan(rows)
 		if err != nil {
 			return nil, fmt.Errorf("sqlite: list items: %w", err)
 		}
