@@ -84,3 +84,39 @@ func BenchmarkNotificationRedriveAfterEmptiedVacuum(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkNotificationSettleAfterEmptiedVacuum times SettleNotifications
+// of 100 claimed notifications behind n pending ones inserted after the
+// VACUUM of a drained outbox, at two sizes; ms per settle.
+//
+//	REDRIVE_TEST_POSTGRES=… go test ./postgres -run '^$' -bench NotificationSettleAfterEmptiedVacuum -benchtime 10x
+func BenchmarkNotificationSettleAfterEmptiedVacuum(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{20000, 60000} {
+		b.Run(fmt.Sprint(n), func(b *testing.B) {
+			s, schema := storeWithoutVacuum(b)
+			outbox := pgx.Identifier{schema, "outbox"}.Sanitize()
+			insertNotifications(b, s, outbox, 20000, "pending")
+			emptyOutbox(b, s, outbox)
+			insertNotifications(b, s, outbox, n, "pending")
+			now := t0.Add(time.Hour)
+			var total time.Duration
+			for range b.N {
+				ns, err := s.ClaimNotifications(ctx, redrive.ClaimRequest{Owner: "w", Pipelines: []string{"p"}, Limit: 100, Now: now, LeaseUntil: now.Add(time.Minute)})
+				if err != nil || len(ns) != 100 {
+					b.Fatalf("ClaimNotifications: %d, %v; want 100", len(ns), err)
+				}
+				rs := make([]redrive.DeliveryResult, len(ns))
+				for i, x := range ns {
+					rs[i] = redrive.DeliveryResult{ID: x.ID, Token: x.Token, Status: redrive.NotificationDelivered, Attempts: 1, Now: now}
+				}
+				start := time.Now()
+				if _, err := s.SettleNotifications(ctx, rs); err != nil {
+					b.Fatal(err)
+				}
+				total += time.Since(start)
+			}
+			b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "ms/settle")
+		})
+	}
+}

@@ -303,3 +303,23 @@ func NotificationRedrivePlan(ctx context.Context, s *Store, ids []int64, now tim
 	}
 	return plans["redrive notifications"], nil
 }
+
+// NotificationSettlePlan runs SettleNotifications' statement for
+// deliveries of the notifications ids (their tokens tokens) under EXPLAIN
+// ANALYZE, with the settings the store plans it with, in a transaction it
+// rolls back, and returns the plan.
+func NotificationSettlePlan(ctx context.Context, s *Store, ids, tokens []int64, now time.Time) (string, error) {
+	plans := map[string]string{}
+	n := len(ids)
+	statuses, errs := make([]string, n), make([]string, n)
+	counts := make([]int32, n)
+	times := make([]time.Time, n)
+	for i := range n {
+		statuses[i], counts[i], times[i] = string(redrive.NotificationDelivered), 1, now
+	}
+	if err := explainAnalyzed(ctx, s, plans, "settle", completePlan, s.settleNotificationsSQL(),
+		ids, tokens, statuses, counts, make([]int32, n), times, errs, times); err != nil && !errors.Is(err, errRollback) {
+		return "", err
+	}
+	return plans["settle"], nil
+}

@@ -183,27 +183,43 @@ func (s *Store) SettleNotifications(ctx context.Context, rs []redrive.DeliveryRe
 		attempts, waits = append(attempts, int32(r.Attempts)), append(waits, int32(r.RateLimitWaits))
 		nexts, nows = append(nexts, next), append(nows, r.Now)
 	}
-	rows, err := s.pool.Query(ctx, `UPDATE `+s.q+`.outbox o SET status = u.status, attempts = u.attempts,
-		rate_limit_waits = u.waits, next_at = u.next_at, last_error = u.err, updated_at = u.now,
-		lease_owner = '', lease_token = o.lease_token + 1
-		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::int[], $6::timestamptz[], $7::text[],
-			$8::timestamptz[]) AS u(id, token, status, attempts, waits, next_at, err, now)
-		WHERE o.id = u.id AND o.lease_token = u.token AND o.status = 'pending'
-		RETURNING o.id, u.token`, ids, tokens, statuses, attempts, waits, nexts, errs, nows)
-	if err != nil {
-		return nil, s.fail("settle notifications", err)
-	}
 	var r ref
-	_, err = pgx.ForEachRow(rows, []any{&r.id, &r.token}, func() error {
-		if i, ok := idx[r]; ok {
-			applied[i] = true
-		}
-		return nil
-	})
+	err := s.queryPlanned(ctx, completePlan, s.settleNotificationsSQL(), []any{ids, tokens, statuses, attempts, waits, nexts, errs, nows},
+		func(rows pgx.Rows) error {
+			_, err := pgx.ForEachRow(rows, []any{&r.id, &r.token}, func() error {
+				if i, ok := idx[r]; ok {
+					applied[i] = true
+				}
+				return nil
+			})
+			return err
+		})
 	if err != nil {
 		return nil, s.fail("settle notifications", err)
 	}
 	return applied, nil
+}
+
+// settleNotificationsSQL is SettleNotifications' statement: the results
+// ($1 IDs, $2 lease tokens, then status, attempts, rate-limit waits, next
+// due time, error and time) joined to the outbox as a completion joins
+// its items (see completePlan): by ID, among the IDs named. Joined by ID
+// alone, after the VACUUM of a drained outbox the planner walked every
+// pending notification for each settle (16 – 24 ms for 100 results behind
+// 60,000 pending, a cost that grows with the backlog a down endpoint
+// leaves, on the path that delivers it). The lease token alone fences a
+// result: every claim and every settle moves it on, and nothing else
+// takes a notification out of pending, so a token still held is a pending
+// notification's. A condition on the status made the planner walk the
+// pending entries of outbox_status and filter them by the IDs.
+func (s *Store) settleNotificationsSQL() string {
+	return `UPDATE ` + s.q + `.outbox o SET status = u.status, attempts = u.attempts,
+		rate_limit_waits = u.waits, next_at = u.next_at, last_error = u.err, updated_at = u.now,
+		lease_owner = '', lease_token = o.lease_token + 1
+		FROM unnest($1::bigint[], $2::bigint[], $3::text[], $4::int[], $5::int[], $6::timestamptz[], $7::text[],
+			$8::timestamptz[]) AS u(id, token, status, attempts, waits, next_at, err, now)
+		WHERE o.id = u.id AND o.id = ANY($1::bigint[]) AND o.lease_token = u.token
+		RETURNING o.id, u.token`
 }
 
 func notificationWhere(f redrive.NotificationFilter, a *args) string {
