@@ -40,7 +40,7 @@ const bulkPlan = completePlan
 // compiling, for 1,000 items.
 const bulkNoJIT = `SELECT set_config('jit', 'off', true)`
 
-// lockedIDs runs sel, a SELECT of item IDs that locks them, in tx.
+// lockedIDs runs sel, a SELECT of IDs that locks their rows, in tx.
 func lockedIDs(ctx context.Context, tx pgx.Tx, sel string, a args) ([]int64, error) {
 	rows, err := tx.Query(ctx, sel, a...)
 	if err != nil {
@@ -56,9 +56,9 @@ func (s *Store) selectIDsSQL(f redrive.ItemFilter, lock string, a *args) string 
 }
 
 // writeLocked runs, in one transaction, sel (see lockedIDs) and then, if
-// it selected any item, write on the IDs, planned with bulkPlan; write
+// it selected any row, write on the IDs, planned with bulkPlan; write
 // returns the statement's count. notify notifies listeners in the same
-// transaction when the write changed any item.
+// transaction when the write changed any row.
 func (s *Store) writeLocked(ctx context.Context, sel string, a args, notify bool, write func(tx pgx.Tx, ids []int64) (int64, error)) (int, error) {
 	var n int64
 	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {

@@ -59,7 +59,7 @@ func BenchmarkBulkActionsAfterEmptiedVacuum(b *testing.B) {
 
 // BenchmarkNotificationRedriveAfterEmptiedVacuum times RedriveNotifications
 // of 1,000 of n dead notifications inserted after the VACUUM of a drained
-// outbox (see emptyOutbox), at two sizes; ms per redrive.
+// outbox (see emptyAndVacuum), at two sizes; ms per redrive.
 //
 //	REDRIVE_TEST_POSTGRES=… go test ./postgres -run '^$' -bench NotificationRedriveAfterEmptiedVacuum -benchtime 1x
 func BenchmarkNotificationRedriveAfterEmptiedVacuum(b *testing.B) {
@@ -71,7 +71,7 @@ func BenchmarkNotificationRedriveAfterEmptiedVacuum(b *testing.B) {
 				s, schema := storeWithoutVacuum(b)
 				outbox := pgx.Identifier{schema, "outbox"}.Sanitize()
 				insertNotifications(b, s, outbox, 20000, "pending")
-				emptyOutbox(b, s, outbox)
+				emptyAndVacuum(b, s, outbox)
 				insertNotifications(b, s, outbox, n, "dead")
 				start := time.Now()
 				got, err := s.RedriveNotifications(ctx, redrive.NotificationFilter{Limit: 1000}, t0.Add(time.Hour))
@@ -97,7 +97,7 @@ func BenchmarkNotificationSettleAfterEmptiedVacuum(b *testing.B) {
 			s, schema := storeWithoutVacuum(b)
 			outbox := pgx.Identifier{schema, "outbox"}.Sanitize()
 			insertNotifications(b, s, outbox, 20000, "pending")
-			emptyOutbox(b, s, outbox)
+			emptyAndVacuum(b, s, outbox)
 			insertNotifications(b, s, outbox, n, "pending")
 			now := t0.Add(time.Hour)
 			var total time.Duration

@@ -30,24 +30,32 @@ func storeWithoutVacuum(t testing.TB) (*postgres.Store, string) {
 // estimates one row of items whatever the table holds.
 func emptyItems(t testing.TB, s *postgres.Store, schema string, run redrive.Run) {
 	t.Helper()
-	ctx := context.Background()
 	for range 4 {
 		enqueue(t, s, run, make([]redrive.NewItem, 5000)...)
 	}
-	if _, err := s.Pool().Exec(ctx, `DELETE FROM `+schema+`.items`); err != nil {
+	emptyAndVacuum(t, s, schema+`.items`)
+}
+
+// emptyAndVacuum deletes every row of table and vacuums it without
+// truncating it, then checks that VACUUM left reltuples 0 over the pages
+// it kept: the statistics under which the planner estimates one row
+// whatever the table holds next.
+func emptyAndVacuum(t testing.TB, s *postgres.Store, table string) {
+	t.Helper()
+	ctx := context.Background()
+	if _, err := s.Pool().Exec(ctx, `DELETE FROM `+table); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Pool().Exec(ctx, `VACUUM (TRUNCATE false) `+schema+`.items`); err != nil {
+	if _, err := s.Pool().Exec(ctx, `VACUUM (TRUNCATE false) `+table); err != nil {
 		t.Fatal(err)
 	}
 	var pages int
 	var tuples float64
-	if err := s.Pool().QueryRow(ctx, `SELECT relpages, reltuples FROM pg_class WHERE oid = $1::regclass`,
-		schema+`.items`).Scan(&pages, &tuples); err != nil {
+	if err := s.Pool().QueryRow(ctx, `SELECT relpages, reltuples FROM pg_class WHERE oid = $1::regclass`, table).Scan(&pages, &tuples); err != nil {
 		t.Fatal(err)
 	}
 	if pages == 0 || tuples != 0 {
-		t.Fatalf("after the VACUUM of the emptied items: relpages %d, reltuples %v; want pages and no tuples", pages, tuples)
+		t.Fatalf("after the VACUUM of the emptied %s: relpages %d, reltuples %v; want pages and no tuples", table, pages, tuples)
 	}
 }
 

@@ -282,23 +282,14 @@ func (s *Store) RedriveNotifications(ctx context.Context, f redrive.Notification
 	// 1,000 of 20,000 dead notifications redrove all of them, in 64 s.
 	var a args
 	sel := `SELECT id FROM ` + s.q + `.outbox WHERE ` + notificationWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE`
-	var n int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		ids, err := lockedIDs(ctx, tx, sel, a)
-		if err != nil || len(ids) == 0 {
-			return err
-		}
-		if _, err := tx.Exec(ctx, bulkPlan); err != nil {
-			return err
-		}
+	n, err := s.writeLocked(ctx, sel, a, false, func(tx pgx.Tx, ids []int64) (int64, error) {
 		tag, err := tx.Exec(ctx, s.redriveNotificationsIDsSQL(), ids, now)
-		n = tag.RowsAffected()
-		return err
+		return tag.RowsAffected(), err
 	})
 	if err != nil {
 		return 0, s.fail("redrive notifications", err)
 	}
-	return int(n), nil
+	return n, nil
 }
 
 // redriveNotificationsIDsSQL is RedriveNotifications' write of the locked
