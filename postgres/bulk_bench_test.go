@@ -120,3 +120,49 @@ func BenchmarkNotificationSettleAfterEmptiedVacuum(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDeleteDeliveredAfterEmptiedVacuum times the outbox's retention,
+// DeleteDelivered in batches of 2,000, over n delivered notifications
+// inserted after the VACUUM of a drained outbox (see emptyAndVacuum), and,
+// as "analyzed", the same once ANALYZE has run; ms per batch, all of them
+// deleted.
+//
+//	REDRIVE_TEST_POSTGRES=… go test ./postgres -run '^$' -bench DeleteDeliveredAfterEmptiedVacuum -benchtime 1x
+func BenchmarkDeleteDeliveredAfterEmptiedVacuum(b *testing.B) {
+	ctx := context.Background()
+	for _, n := range []int{50000, 200000} {
+		for _, analyzed := range []bool{false, true} {
+			name := fmt.Sprint(n)
+			if analyzed {
+				name += "/analyzed"
+			}
+			b.Run(name, func(b *testing.B) {
+				var total time.Duration
+				batches := 0
+				for range b.N {
+					s, schema := storeWithoutVacuum(b)
+					outbox := pgx.Identifier{schema, "outbox"}.Sanitize()
+					insertNotifications(b, s, outbox, 20000, "pending")
+					emptyAndVacuum(b, s, outbox)
+					insertNotifications(b, s, outbox, n, "delivered")
+					if analyzed {
+						if _, err := s.Pool().Exec(ctx, `ANALYZE `+outbox); err != nil {
+							b.Fatal(err)
+						}
+					}
+					for left := n; left > 0; {
+						start := time.Now()
+						got, err := s.DeleteDelivered(ctx, t0.Add(time.Hour), 2000)
+						total += time.Since(start)
+						if err != nil || got != min(2000, left) {
+							b.Fatalf("DeleteDelivered: %d, %v; want %d", got, err, min(2000, left))
+						}
+						left -= got
+						batches++
+					}
+				}
+				b.ReportMetric(float64(total.Microseconds())/1000/float64(batches), "ms/batch")
+			})
+		}
+	}
+}

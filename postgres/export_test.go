@@ -323,3 +323,15 @@ func NotificationSettlePlan(ctx context.Context, s *Store, ids, tokens []int64, 
 	}
 	return plans["settle"], nil
 }
+
+// DeleteDeliveredPlan runs DeleteDelivered's statement for a batch of
+// limit notifications delivered before before under EXPLAIN ANALYZE, with
+// the settings the store plans it with, in a transaction it rolls back,
+// and returns the plan.
+func DeleteDeliveredPlan(ctx context.Context, s *Store, before time.Time, limit int) (string, error) {
+	plans := map[string]string{}
+	if err := explainAnalyzed(ctx, s, plans, "delete delivered", retainSettings, s.deleteDeliveredSQL(), before, limit); err != nil && !errors.Is(err, errRollback) {
+		return "", err
+	}
+	return plans["delete delivered"], nil
+}

@@ -327,16 +327,36 @@ func (s *Store) CountNotifications(ctx context.Context, f redrive.NotificationFi
 
 // DeleteDelivered deletes up to limit notifications delivered before
 // before. A delivered row's updated_at is when it was delivered.
+//
+// The batch walks outbox_delivered (migration 0026) in delivery order,
+// planned with retainSettings so that no statistics can make it sort the
+// delivered notifications instead, and is deleted by the addresses of the
+// rows the walk locked, as DeleteSucceeded deletes items.
 func (s *Store) DeleteDelivered(ctx context.Context, before time.Time, limit int) (int, error) {
 	if limit <= 0 {
 		return 0, nil
 	}
-	tag, err := s.pool.Exec(ctx, `DELETE FROM `+s.q+`.outbox WHERE id = ANY(ARRAY(SELECT id FROM `+s.q+`.outbox
-		WHERE status = 'delivered' AND updated_at < $1 ORDER BY id LIMIT $2))`, before, limit)
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, retainSettings); err != nil {
+			return err
+		}
+		tag, err := tx.Exec(ctx, s.deleteDeliveredSQL(), before, limit)
+		n = tag.RowsAffected()
+		return err
+	})
 	if err != nil {
 		return 0, s.fail("delete delivered notifications", err)
 	}
-	return int(tag.RowsAffected()), nil
+	return int(n), nil
+}
+
+// deleteDeliveredSQL is DeleteDelivered's statement; its arguments are
+// the cutoff and the limit. Delivered rows are not written again, so
+// SKIP LOCKED only keeps two retention passes off each other's batch.
+func (s *Store) deleteDeliveredSQL() string {
+	return `DELETE FROM ` + s.q + `.outbox WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + s.q + `.outbox
+		WHERE status = 'delivered' AND updated_at < $1 ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED))`
 }
 
 // notificationOutput reads the output columns of an item.succeeded row:

@@ -121,4 +121,5 @@ func ExampleStore_MigrationStatus() {
 	// 0021 outbox_output applied: true
 	// 0023 pace_waits applied: true
 	// 0024 trace_context applied: true
+	// 0026 outbox_delivered applied: true
 }

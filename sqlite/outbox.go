@@ -267,8 +267,10 @@ func (s *Store) DeleteDelivered(ctx context.Context, before time.Time, limit int
 	}
 	var n int64
 	err := s.writeTx(ctx, "delete delivered notifications", func(tx *sql.Tx) error {
-		res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE id IN (SELECT id FROM outbox
-			WHERE status = 'delivered' AND updated_at < ? ORDER BY id LIMIT ?)`, tnz(before), limit)
+		// outbox_delivered (migration 0026) holds the batch in the order
+		// it is taken; by ID, each batch sorted every delivered row.
+		res, err := tx.ExecContext(ctx, `DELETE FROM outbox WHERE id IN (SELECT id FROM outbox INDEXED BY outbox_delivered
+			WHERE status = 'delivered' AND updated_at < ? ORDER BY updated_at LIMIT ?)`, tnz(before), limit)
 		if err != nil {
 			return err
 		}

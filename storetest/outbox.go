@@ -241,4 +241,17 @@ func testOutboxDelivery(h *h) {
 	if len(back) != 1 || back[0].ID != dead[0].ID || back[0].Attempts != 0 || back[0].DeliveryID != dead[0].DeliveryID {
 		h.Fatalf("redriven claim = %+v", back)
 	}
+	// Retention deletes the notifications delivered before its cutoff, at
+	// most its limit at a time, and nothing else.
+	for _, c := range []struct {
+		before      time.Time
+		limit, want int
+	}{{t2, 10, 0}, {at(62 * time.Second), 1, 1}, {at(62 * time.Second), 10, 1}, {at(time.Hour), 10, 0}} {
+		if n, err := o.DeleteDelivered(h.ctx, c.before, c.limit); err != nil || n != c.want {
+			h.Fatalf("DeleteDelivered(%v, %d) = %d, %v; want %d", c.before.Sub(Base), c.limit, n, err, c.want)
+		}
+	}
+	if left := h.notifications(redrive.NotificationFilter{}); len(left) != 1 || left[0].ID != back[0].ID {
+		h.Errorf("after retention: %+v; want the redriven notification alone", left)
+	}
 }
