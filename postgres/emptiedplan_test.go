@@ -371,6 +371,18 @@ func TestBulkActionsAfterEmptiedVacuum(t *testing.T) {
 	if r.Counts.Purged != 1000 || !r.Counts.AddsUp() {
 		t.Errorf("run counts %+v, want 1000 purged and the counts adding up", r.Counts)
 	}
+	// Without a limit, Purge deletes in one statement everything its
+	// filter selects: the 7,000 items still dead.
+	n, err = s.Purge(ctx, redrive.ItemFilter{Pipeline: "p"})
+	count("Purge without a limit", n, err, 7000)
+	got, err = s.Count(ctx, redrive.ItemFilter{States: []redrive.State{redrive.StateDead}})
+	count("dead items left", got, err, 0)
+	if r, err = s.GetRun(ctx, run.ID); err != nil {
+		t.Fatal(err)
+	}
+	if r.Counts.Purged != 8000 || r.Counts.Canceled != 1000 || !r.Counts.AddsUp() {
+		t.Errorf("run counts %+v, want 8,000 purged, 1,000 canceled kept and the counts adding up", r.Counts)
+	}
 }
 
 // bulkActionsFixture makes a store of n items (of one run, the one
