@@ -51,9 +51,10 @@ type engine struct {
 	busy      atomic.Int64
 	starts    atomic.Int64
 
-	// retainBacklog is the backlog the last retention pass left
-	// (RetentionPassed.Backlog); only the retention loop uses it.
-	retainBacklog int
+	// retainBacklog and retainNoteBacklog are the backlogs the last
+	// retention pass left (RetentionPassed.Backlog and
+	// NotificationBacklog); only the retention loop uses them.
+	retainBacklog, retainNoteBacklog int
 
 	mu sync.Mutex
 	// inflight holds every lease of this process not yet completed, by

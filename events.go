@@ -115,6 +115,11 @@ type RetentionPassed struct {
 	// pass means that retention deletes more slowly than the engine
 	// finishes items.
 	Backlog int
+	// NotificationBacklog is how many notifications delivered before
+	// OutboxRetention the pass left when it ran out of time with batches
+	// still coming back full (at most 1,000,000); 0 when it caught up or
+	// when the store cannot count them (see DeliveredCounter).
+	NotificationBacklog int
 	// Took is how long the pass took.
 	Took time.Duration
 }

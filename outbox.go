@@ -131,6 +131,17 @@ type Outbox interface {
 	DeleteDelivered(ctx context.Context, before time.Time, limit int) (int, error)
 }
 
+// DeliveredCounter is implemented by an Outbox that counts its delivered
+// notifications past retention. When the store implements it, a
+// retention pass that runs out of time with delivered notifications left
+// to delete reports how many it left (RetentionPassed.NotificationBacklog);
+// both of redrive's stores implement it.
+type DeliveredCounter interface {
+	// CountDelivered counts the notifications delivered before before, at
+	// most limit (0: no limit).
+	CountDelivered(ctx context.Context, before time.Time, limit int) (int, error)
+}
+
 // NotificationCounts are notifications by status. Total is their sum.
 type NotificationCounts struct {
 	Pending   int `json:"pending"`

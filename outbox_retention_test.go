@@ -2,6 +2,7 @@ package redrive_test
 
 import (
 	"context"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"sync"
@@ -134,4 +135,108 @@ func (s *outboxLog) first() (limits, deleted []int) {
 		}
 	}
 	return limits, deleted
+}
+
+// slowDeliveredDeletes delays each DeleteDelivered of its outbox, so that
+// a retention pass runs out of time with delivered notifications left.
+type slowDeliveredDeletes struct {
+	redrive.Store
+	redrive.Outbox
+	redrive.DeliveredCounter
+	delay time.Duration
+}
+
+func (s slowDeliveredDeletes) DeleteDelivered(ctx context.Context, before time.Time, limit int) (int, error) {
+	time.Sleep(s.delay)
+	return s.Outbox.DeleteDelivered(ctx, before, limit)
+}
+
+// A retention pass that runs out of time with delivered notifications
+// still coming back in full batches says so, as it does for succeeded
+// items: its RetentionPassed event counts the delivered notifications it
+// left (exactly those not deleted yet, nothing else deleting here), the log
+// warns that retention is behind, and later passes delete the rest until
+// one reports a backlog of 0.
+func TestRetentionReportsNotificationBacklog(t *testing.T) {
+	eachStore(t, func(t *testing.T, s redrive.Store) {
+		ctx := context.Background()
+		const n = 300
+		o := s.(redrive.Outbox)
+		clock := &retentionClock{t: time.Now()}
+		if err := o.Subscribe(ctx, "p", []string{redrive.EventItemDead}, clock.now()); err != nil {
+			t.Fatal(err)
+		}
+		run, _, err := s.CreateRun(ctx, "p", redrive.RunOptions{}, clock.now())
+		if err != nil {
+			t.Fatal(err)
+		}
+		in := make([]redrive.NewItem, n)
+		for i := range in {
+			in[i] = redrive.NewItem{Invalid: "bad"}
+		}
+		if _, err := s.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "p", Stage: "a", Now: clock.now(), Items: in}); err != nil {
+			t.Fatal(err)
+		}
+		ns, err := o.ClaimNotifications(ctx, redrive.ClaimRequest{Owner: "w", Pipelines: []string{"p"}, Limit: n,
+			Now: clock.now(), LeaseUntil: clock.now().Add(time.Minute)})
+		if err != nil || len(ns) != n {
+			t.Fatalf("ClaimNotifications: %d, %v; want %d", len(ns), err, n)
+		}
+		rs := make([]redrive.DeliveryResult, n)
+		for i, x := range ns {
+			rs[i] = redrive.DeliveryResult{ID: x.ID, Token: x.Token, Status: redrive.NotificationDelivered, Attempts: 1, Now: clock.now()}
+		}
+		if _, err := o.SettleNotifications(ctx, rs); err != nil {
+			t.Fatal(err)
+		}
+		clock.add(2 * time.Hour)
+		rec := &recorder{}
+		cfg := testConfig(rec)
+		logs := &captured{}
+		cfg.Logger = slog.New(logs)
+		// A pass has a second (the least it is given) for its batches of
+		// 2, 4, 8, ... notifications, each 200 ms late: at most six
+		// batches, 126 notifications, fewer than n.
+		cfg.Now, cfg.OutboxRetention, cfg.RetentionInterval, cfg.RetentionBatch = clock.now, time.Hour, 10*time.Millisecond, 2
+		dc, ok := s.(redrive.DeliveredCounter)
+		if !ok {
+			t.Fatalf("%T counts no delivered notifications", s)
+		}
+		startClient(t, slowDeliveredDeletes{Store: s, Outbox: o, DeliveredCounter: dc, delay: 200 * time.Millisecond}, cfg)
+		passes := func() []redrive.RetentionPassed {
+			rec.mu.Lock()
+			defer rec.mu.Unlock()
+			var out []redrive.RetentionPassed
+			for _, e := range rec.events {
+				if p, ok := e.(redrive.RetentionPassed); ok && (p.Notifications > 0 || p.NotificationBacklog > 0) {
+					out = append(out, p)
+				}
+			}
+			return out
+		}
+		waitFor(t, "a pass that caught up", func() bool {
+			ps := passes()
+			return len(ps) > 0 && ps[len(ps)-1].NotificationBacklog == 0
+		})
+		ps := passes()
+		if len(ps) < 2 {
+			t.Fatalf("passes %+v: want the first behind and a later one caught up", ps)
+		}
+		deleted := 0
+		for i, p := range ps {
+			deleted += p.Notifications
+			if i < len(ps)-1 && p.NotificationBacklog != n-deleted {
+				t.Errorf("pass %d deleted %d and left %d, want the %d not deleted yet (%+v)", i, p.Notifications, p.NotificationBacklog, n-deleted, ps)
+			}
+		}
+		if deleted != n {
+			t.Errorf("passes deleted %d notifications, want %d: %+v", deleted, n, ps)
+		}
+		if w := logs.matching("delivered notifications past retention accumulate"); len(w) == 0 {
+			t.Errorf("no warning that the outbox's retention is behind; warnings: %q", logs.matching(""))
+		}
+		if c, err := o.CountNotifications(ctx, redrive.NotificationFilter{}); err != nil || c.Total != 0 {
+			t.Errorf("after retention: %+v, %v; want none left", c, err)
+		}
+	})
 }

@@ -141,9 +141,15 @@ func (e *engine) retain() (behind bool) {
 	// Delivered notifications only serve an operator's look back, and a
 	// busy webhook writes a row per event.
 	if o, ok := e.store.(Outbox); ok && e.cfg.OutboxRetention > 0 {
-		notes, _ = e.retainBatches("delivered notifications", time.Now(), func(ctx context.Context, limit int) (int, error) {
-			return o.DeleteDelivered(ctx, now.Add(-e.cfg.OutboxRetention), limit)
+		cutoff := now.Add(-e.cfg.OutboxRetention)
+		var full bool
+		notes, full = e.retainBatches("delivered notifications", time.Now(), func(ctx context.Context, limit int) (int, error) {
+			return o.DeleteDelivered(ctx, cutoff, limit)
 		})
+		if full {
+			behind = true
+			pass.NotificationBacklog = e.notificationBacklog(cutoff)
+		}
 	}
 	pass.Runs, pass.Notifications, pass.Took = runs, notes, time.Since(t0)
 	if items > 0 || runs > 0 || notes > 0 {
@@ -158,6 +164,14 @@ func (e *engine) retain() (behind bool) {
 		e.log.Info("redrive: retention caught up with succeeded items past retention", "deleted", pass.Succeeded)
 	}
 	e.retainBacklog = pass.Backlog
+	switch prev := e.retainNoteBacklog; {
+	case pass.NotificationBacklog > prev:
+		e.log.Warn("redrive: retention is behind: delivered notifications past retention accumulate faster than they are deleted",
+			"backlog", pass.NotificationBacklog, "previous_backlog", prev, "deleted", pass.Notifications, "took", pass.Took.Round(time.Millisecond))
+	case pass.NotificationBacklog == 0 && prev > 0:
+		e.log.Info("redrive: retention caught up with delivered notifications past retention", "deleted", pass.Notifications)
+	}
+	e.retainNoteBacklog = pass.NotificationBacklog
 	e.c.emit(pass)
 	return behind
 }
@@ -170,6 +184,25 @@ func (e *engine) retentionBacklog(cutoff time.Time) int {
 	if err != nil {
 		if e.bgCtx.Err() == nil {
 			e.log.Warn("redrive: counting retention's backlog failed", "err", err)
+		}
+		return retentionBacklogCap
+	}
+	return n
+}
+
+// notificationBacklog counts the notifications delivered before cutoff
+// that are still held, at most retentionBacklogCap, when the store can
+// (DeliveredCounter), else 0; a failed count is logged and counts as the
+// cap.
+func (e *engine) notificationBacklog(cutoff time.Time) int {
+	dc, ok := e.store.(DeliveredCounter)
+	if !ok {
+		return 0
+	}
+	n, err := dc.CountDelivered(e.bgCtx, cutoff, retentionBacklogCap)
+	if err != nil {
+		if e.bgCtx.Err() == nil {
+			e.log.Warn("redrive: counting the outbox retention's backlog failed", "err", err)
 		}
 		return retentionBacklogCap
 	}

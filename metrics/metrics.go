@@ -141,6 +141,7 @@ const (
 	nameTimeToSuccess   = "item_time_to_success_seconds"
 	nameRetainDeleted   = "retention_deleted_total"
 	nameRetainBacklog   = "retention_backlog_items"
+	nameRetainNotes     = "retention_backlog_notifications"
 )
 
 var allNames = []string{
@@ -149,7 +150,7 @@ var allNames = []string{
 	nameBreakerState, nameItems, nameItemsStuck, nameOldestDueAge,
 	nameBudgetRequests, nameBudgetRetries, nameBudgetRatio,
 	nameStoreErrors, nameRefreshDuration, nameTimeToSuccess,
-	nameRetainDeleted, nameRetainBacklog,
+	nameRetainDeleted, nameRetainBacklog, nameRetainNotes,
 	nameStuckAfter, nameDeadLetterAlerts,
 	nameFlowRate, nameFlowSlowStart, nameFlowGate, nameFlowWaited, nameFlowLimited, nameFlowCalls,
 }
@@ -211,6 +212,7 @@ type Metrics struct {
 	redriven      prometheus.Counter
 	retainDeleted *prometheus.CounterVec
 	retainBacklog prometheus.Gauge
+	retainNotes   prometheus.Gauge
 	rescued       *prometheus.CounterVec
 	runsFinished  *prometheus.CounterVec
 	stageDuration *prometheus.HistogramVec
@@ -308,6 +310,10 @@ func New(store redrive.Store, opts Options) *Metrics {
 	m.retainBacklog = prometheus.NewGauge(prometheus.GaugeOpts{
 		Namespace: ns, Name: nameRetainBacklog,
 		Help: "Succeeded items past retention that this process's last retention pass left to delete when its time was up (at most 1e6); 0 when it caught up. Growing: retention is behind the engine.",
+	})
+	m.retainNotes = prometheus.NewGauge(prometheus.GaugeOpts{
+		Namespace: ns, Name: nameRetainNotes,
+		Help: "Delivered notifications past OutboxRetention that this process's last retention pass left to delete when its time was up (at most 1e6); 0 when it caught up. Growing: the outbox's retention is behind its deliveries.",
 	})
 	m.rescued = prometheus.NewCounterVec(prometheus.CounterOpts{
 		Namespace: ns, Name: nameRescued,
@@ -486,6 +492,7 @@ func (m *Metrics) Observe(ev redrive.Event) {
 			}
 		}
 		m.retainBacklog.Set(float64(e.Backlog))
+		m.retainNotes.Set(float64(e.NotificationBacklog))
 	case *redrive.RetentionPassed:
 		m.Observe(*e)
 	}
@@ -549,7 +556,7 @@ func (m *Metrics) Collect(ch chan<- prometheus.Metric) {
 func (m *Metrics) eventCollectors() []prometheus.Collector {
 	return []prometheus.Collector{
 		m.attempts, m.retries, m.rateLimited, m.deadLettered, m.redriven,
-		m.retainDeleted, m.retainBacklog, m.rescued, m.runsFinished, m.stageDuration, m.retryDelay, m.breakerState,
+		m.retainDeleted, m.retainBacklog, m.retainNotes, m.rescued, m.runsFinished, m.stageDuration, m.retryDelay, m.breakerState,
 		m.timeToSuccess,
 	}
 }

@@ -14,6 +14,7 @@ import (
 )
 
 var _ redrive.Outbox = (*Store)(nil)
+var _ redrive.DeliveredCounter = (*Store)(nil)
 
 // Subscribe sets the events announced for pipeline; the triggers of
 // migration 0009 write outbox rows for them in the transaction of each
@@ -357,6 +358,26 @@ func (s *Store) DeleteDelivered(ctx context.Context, before time.Time, limit int
 func (s *Store) deleteDeliveredSQL() string {
 	return `DELETE FROM ` + s.q + `.outbox WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + s.q + `.outbox
 		WHERE status = 'delivered' AND updated_at < $1 ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED))`
+}
+
+// CountDelivered counts the notifications delivered before before, at
+// most limit (0: no limit); see redrive.DeliveredCounter. It walks
+// outbox_delivered as DeleteDelivered does, whatever the statistics.
+func (s *Store) CountDelivered(ctx context.Context, before time.Time, limit int) (int, error) {
+	var a args
+	sql := `SELECT count(*) FROM (SELECT 1 FROM ` + s.q + `.outbox WHERE status = 'delivered' AND updated_at < ` + a.add(before) +
+		limitClause(&a, limit) + `) d`
+	var n int64
+	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if _, err := tx.Exec(ctx, retainSettings); err != nil {
+			return err
+		}
+		return tx.QueryRow(ctx, sql, a...).Scan(&n)
+	})
+	if err != nil {
+		return 0, s.fail("count delivered notifications", err)
+	}
+	return int(n), nil
 }
 
 // notificationOutput reads the output columns of an item.succeeded row:

@@ -12,6 +12,7 @@ import (
 )
 
 var _ redrive.Outbox = (*Store)(nil)
+var _ redrive.DeliveredCounter = (*Store)(nil)
 
 // Subscribe sets the events announced for pipeline; the triggers of
 // migration 0009 write outbox rows for them in the transaction of each
@@ -278,6 +279,21 @@ func (s *Store) DeleteDelivered(ctx context.Context, before time.Time, limit int
 		return err
 	})
 	return int(n), err
+}
+
+// CountDelivered counts the notifications delivered before before, at
+// most limit (0: no limit); see redrive.DeliveredCounter.
+func (s *Store) CountDelivered(ctx context.Context, before time.Time, limit int) (int, error) {
+	if limit <= 0 {
+		limit = -1 // SQLite's LIMIT -1: none
+	}
+	var n int
+	err := s.r.QueryRowContext(ctx, `SELECT count(*) FROM (SELECT 1 FROM outbox INDEXED BY outbox_delivered
+		WHERE status = 'delivered' AND updated_at < ? LIMIT ?)`, tnz(before), limit).Scan(&n)
+	if err != nil {
+		return 0, fmt.Errorf("sqlite: count delivered notifications: %w", err)
+	}
+	return n, nil
 }
 
 // notificationOutput reads the output columns of an item.succeeded row:

@@ -242,7 +242,18 @@ func testOutboxDelivery(h *h) {
 		h.Fatalf("redriven claim = %+v", back)
 	}
 	// Retention deletes the notifications delivered before its cutoff, at
-	// most its limit at a time, and nothing else.
+	// most its limit at a time, and nothing else; a store that counts them
+	// (redrive.DeliveredCounter) counts the same ones.
+	if dc, ok := h.s.(redrive.DeliveredCounter); ok {
+		for _, c := range []struct {
+			before      time.Time
+			limit, want int
+		}{{t2, 0, 0}, {at(62 * time.Second), 0, 2}, {at(62 * time.Second), 1, 1}, {at(time.Hour), 10, 2}} {
+			if n, err := dc.CountDelivered(h.ctx, c.before, c.limit); err != nil || n != c.want {
+				h.Errorf("CountDelivered(%v, %d) = %d, %v; want %d", c.before.Sub(Base), c.limit, n, err, c.want)
+			}
+		}
+	}
 	for _, c := range []struct {
 		before      time.Time
 		limit, want int
