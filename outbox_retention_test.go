@@ -203,35 +203,7 @@ func TestRetentionReportsNotificationBacklog(t *testing.T) {
 			t.Fatalf("%T counts no delivered notifications", s)
 		}
 		startClient(t, slowDeliveredDeletes{Store: s, Outbox: o, DeliveredCounter: dc, delay: 200 * time.Millisecond}, cfg)
-		passes := func() []redrive.RetentionPassed {
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
-			var out []redrive.RetentionPassed
-			for _, e := range rec.events {
-				if p, ok := e.(redrive.RetentionPassed); ok && (p.Notifications > 0 || p.NotificationBacklog > 0) {
-					out = append(out, p)
-				}
-			}
-			return out
-		}
-		waitFor(t, "a pass that caught up", func() bool {
-			ps := passes()
-			return len(ps) > 0 && ps[len(ps)-1].NotificationBacklog == 0
-		})
-		ps := passes()
-		if len(ps) < 2 {
-			t.Fatalf("passes %+v: want the first behind and a later one caught up", ps)
-		}
-		deleted := 0
-		for i, p := range ps {
-			deleted += p.Notifications
-			if i < len(ps)-1 && p.NotificationBacklog != n-deleted {
-				t.Errorf("pass %d deleted %d and left %d, want the %d not deleted yet (%+v)", i, p.Notifications, p.NotificationBacklog, n-deleted, ps)
-			}
-		}
-		if deleted != n {
-			t.Errorf("passes deleted %d notifications, want %d: %+v", deleted, n, ps)
-		}
+		waitBacklogCleared(t, rec, n, "notifications", func(p redrive.RetentionPassed) (int, int) { return p.Notifications, p.NotificationBacklog })
 		if w := logs.matching("delivered notifications past retention accumulate"); len(w) == 0 {
 			t.Errorf("no warning that the outbox's retention is behind; warnings: %q", logs.matching(""))
 		}

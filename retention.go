@@ -156,53 +156,54 @@ func (e *engine) retain() (behind bool) {
 		e.log.Info("redrive: deleted items, runs and notifications past retention", "items", items, "runs", runs,
 			"notifications", notes)
 	}
-	switch prev := e.retainBacklog; {
-	case pass.Backlog > prev:
-		e.log.Warn("redrive: retention is behind: succeeded items past retention accumulate faster than they are deleted",
-			"backlog", pass.Backlog, "previous_backlog", prev, "deleted", pass.Succeeded, "took", pass.Took.Round(time.Millisecond))
-	case pass.Backlog == 0 && prev > 0:
-		e.log.Info("redrive: retention caught up with succeeded items past retention", "deleted", pass.Succeeded)
-	}
-	e.retainBacklog = pass.Backlog
-	switch prev := e.retainNoteBacklog; {
-	case pass.NotificationBacklog > prev:
-		e.log.Warn("redrive: retention is behind: delivered notifications past retention accumulate faster than they are deleted",
-			"backlog", pass.NotificationBacklog, "previous_backlog", prev, "deleted", pass.Notifications, "took", pass.Took.Round(time.Millisecond))
-	case pass.NotificationBacklog == 0 && prev > 0:
-		e.log.Info("redrive: retention caught up with delivered notifications past retention", "deleted", pass.Notifications)
-	}
-	e.retainNoteBacklog = pass.NotificationBacklog
+	e.retainBacklog = e.reportBacklog("succeeded items", e.retainBacklog, pass.Backlog, pass.Succeeded, pass.Took)
+	e.retainNoteBacklog = e.reportBacklog("delivered notifications", e.retainNoteBacklog, pass.NotificationBacklog, pass.Notifications, pass.Took)
 	e.c.emit(pass)
 	return behind
 }
 
-// retentionBacklog counts the succeeded items last updated before cutoff
-// that are still held, at most retentionBacklogCap; a failed count is
-// logged and counts as the cap.
-func (e *engine) retentionBacklog(cutoff time.Time) int {
-	n, err := e.store.Count(e.bgCtx, ItemFilter{States: []State{StateSucceeded}, Until: cutoff, Limit: retentionBacklogCap})
-	if err != nil {
-		if e.bgCtx.Err() == nil {
-			e.log.Warn("redrive: counting retention's backlog failed", "err", err)
-		}
-		return retentionBacklogCap
+// reportBacklog logs a warning when the backlog of what a pass left (now)
+// grew from the last pass's (prev), and that retention caught up when it
+// fell to 0; it returns now, the next pass's prev.
+func (e *engine) reportBacklog(what string, prev, now, deleted int, took time.Duration) int {
+	switch {
+	case now > prev:
+		e.log.Warn("redrive: retention is behind: "+what+" past retention accumulate faster than they are deleted",
+			"backlog", now, "previous_backlog", prev, "deleted", deleted, "took", took.Round(time.Millisecond))
+	case now == 0 && prev > 0:
+		e.log.Info("redrive: retention caught up with "+what+" past retention", "deleted", deleted)
 	}
-	return n
+	return now
+}
+
+// retentionBacklog counts the succeeded items last updated before cutoff
+// that are still held, at most retentionBacklogCap.
+func (e *engine) retentionBacklog(cutoff time.Time) int {
+	return e.countBacklog("retention's backlog", func() (int, error) {
+		return e.store.Count(e.bgCtx, ItemFilter{States: []State{StateSucceeded}, Until: cutoff, Limit: retentionBacklogCap})
+	})
 }
 
 // notificationBacklog counts the notifications delivered before cutoff
 // that are still held, at most retentionBacklogCap, when the store can
-// (DeliveredCounter), else 0; a failed count is logged and counts as the
-// cap.
+// (DeliveredCounter), else 0.
 func (e *engine) notificationBacklog(cutoff time.Time) int {
 	dc, ok := e.store.(DeliveredCounter)
 	if !ok {
 		return 0
 	}
-	n, err := dc.CountDelivered(e.bgCtx, cutoff, retentionBacklogCap)
+	return e.countBacklog("the outbox retention's backlog", func() (int, error) {
+		return dc.CountDelivered(e.bgCtx, cutoff, retentionBacklogCap)
+	})
+}
+
+// countBacklog returns count's result; a failed count is logged (as a
+// failed counting of what) and counts as retentionBacklogCap.
+func (e *engine) countBacklog(what string, count func() (int, error)) int {
+	n, err := count()
 	if err != nil {
 		if e.bgCtx.Err() == nil {
-			e.log.Warn("redrive: counting the outbox retention's backlog failed", "err", err)
+			e.log.Warn("redrive: counting "+what+" failed", "err", err)
 		}
 		return retentionBacklogCap
 	}

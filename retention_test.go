@@ -236,37 +236,54 @@ func TestRetentionReportsBacklog(t *testing.T) {
 		}
 		wait(t, c, run)
 		clock.add(2 * time.Hour)
-		passes := func() []redrive.RetentionPassed {
-			rec.mu.Lock()
-			defer rec.mu.Unlock()
-			var out []redrive.RetentionPassed
-			for _, e := range rec.events {
-				if p, ok := e.(redrive.RetentionPassed); ok && (p.Succeeded > 0 || p.Backlog > 0) {
-					out = append(out, p)
-				}
-			}
-			return out
-		}
-		waitFor(t, "a pass that caught up", func() bool {
-			ps := passes()
-			return len(ps) > 0 && ps[len(ps)-1].Backlog == 0
-		})
-		ps := passes()
-		if len(ps) < 2 {
-			t.Fatalf("passes %+v: want the first behind and a later one caught up", ps)
-		}
-		deleted := 0
-		for i, p := range ps {
-			deleted += p.Succeeded
-			if i < len(ps)-1 && p.Backlog != n-deleted {
-				t.Errorf("pass %d deleted %d and left %d, want the %d not deleted yet (%+v)", i, p.Succeeded, p.Backlog, n-deleted, ps)
-			}
-		}
-		if deleted != n {
-			t.Errorf("passes deleted %d items, want %d: %+v", deleted, n, ps)
-		}
+		waitBacklogCleared(t, rec, n, "items", func(p redrive.RetentionPassed) (int, int) { return p.Succeeded, p.Backlog })
 		if w := logs.matching("retention is behind"); len(w) == 0 {
 			t.Errorf("no warning that retention is behind; warnings: %q", logs.matching(""))
 		}
 	})
+}
+
+// waitBacklogCleared waits for the retention passes rec records to delete
+// n rows of what (passed reads a pass's deleted rows and backlog), then
+// checks that there were at least two, that each pass but the last left
+// a backlog of exactly the rows not deleted yet (nothing else deleting
+// them), and that the last left none.
+func waitBacklogCleared(t *testing.T, rec *recorder, n int, what string, passed func(redrive.RetentionPassed) (deleted, backlog int)) {
+	t.Helper()
+	passes := func() []redrive.RetentionPassed {
+		rec.mu.Lock()
+		defer rec.mu.Unlock()
+		var out []redrive.RetentionPassed
+		for _, e := range rec.events {
+			if p, ok := e.(redrive.RetentionPassed); ok {
+				if d, b := passed(p); d > 0 || b > 0 {
+					out = append(out, p)
+				}
+			}
+		}
+		return out
+	}
+	waitFor(t, "a pass that caught up", func() bool {
+		ps := passes()
+		if len(ps) == 0 {
+			return false
+		}
+		_, b := passed(ps[len(ps)-1])
+		return b == 0
+	})
+	ps := passes()
+	if len(ps) < 2 {
+		t.Fatalf("passes %+v: want the first behind and a later one caught up", ps)
+	}
+	deleted := 0
+	for i, p := range ps {
+		d, b := passed(p)
+		deleted += d
+		if i < len(ps)-1 && b != n-deleted {
+			t.Errorf("pass %d deleted %d %s and left %d, want the %d not deleted yet (%+v)", i, d, what, b, n-deleted, ps)
+		}
+	}
+	if deleted != n {
+		t.Errorf("passes deleted %d %s, want %d: %+v", deleted, what, n, ps)
+	}
 }

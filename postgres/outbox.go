@@ -337,27 +337,21 @@ func (s *Store) DeleteDelivered(ctx context.Context, before time.Time, limit int
 	if limit <= 0 {
 		return 0, nil
 	}
-	var n int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, retainSettings); err != nil {
-			return err
-		}
-		tag, err := tx.Exec(ctx, s.deleteDeliveredSQL(), before, limit)
-		n = tag.RowsAffected()
-		return err
-	})
+	n, err := s.countPlanned(ctx, retainSettings, s.deleteDeliveredSQL(), before, limit)
 	if err != nil {
 		return 0, s.fail("delete delivered notifications", err)
 	}
-	return int(n), nil
+	return n, nil
 }
 
 // deleteDeliveredSQL is DeleteDelivered's statement; its arguments are
-// the cutoff and the limit. Delivered rows are not written again, so
+// the cutoff and the limit, and it returns how many rows it deleted.
+// Delivered rows are not written again, so
 // SKIP LOCKED only keeps two retention passes off each other's batch.
 func (s *Store) deleteDeliveredSQL() string {
-	return `DELETE FROM ` + s.q + `.outbox WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + s.q + `.outbox
-		WHERE status = 'delivered' AND updated_at < $1 ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED))`
+	return `WITH d AS (DELETE FROM ` + s.q + `.outbox WHERE ctid = ANY(ARRAY(SELECT ctid FROM ` + s.q + `.outbox
+		WHERE status = 'delivered' AND updated_at < $1 ORDER BY updated_at LIMIT $2 FOR UPDATE SKIP LOCKED)) RETURNING 1)
+	SELECT count(*) FROM d`
 }
 
 // CountDelivered counts the notifications delivered before before, at
@@ -367,17 +361,23 @@ func (s *Store) CountDelivered(ctx context.Context, before time.Time, limit int)
 	var a args
 	sql := `SELECT count(*) FROM (SELECT 1 FROM ` + s.q + `.outbox WHERE status = 'delivered' AND updated_at < ` + a.add(before) +
 		limitClause(&a, limit) + `) d`
-	var n int64
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
-		if _, err := tx.Exec(ctx, retainSettings); err != nil {
-			return err
-		}
-		return tx.QueryRow(ctx, sql, a...).Scan(&n)
-	})
+	n, err := s.countPlanned(ctx, retainSettings, sql, a...)
 	if err != nil {
 		return 0, s.fail("count delivered notifications", err)
 	}
-	return int(n), nil
+	return n, nil
+}
+
+// countPlanned runs sql, which selects one count, with args after the
+// planner settings (see queryPlanned) and returns the count.
+func (s *Store) countPlanned(ctx context.Context, settings, sql string, args ...any) (int, error) {
+	var n int64
+	err := s.queryPlanned(ctx, settings, sql, args, func(rows pgx.Rows) error {
+		var err error
+		n, err = pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
+		return err
+	})
+	return int(n), err
 }
 
 // notificationOutput reads the output columns of an item.succeeded row:
