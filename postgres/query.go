@@ -42,34 +42,50 @@ func (s *Store) ListItems(ctx context.Context, f redrive.ItemFilter) ([]redrive.
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
-	sql, a := s.listItemsSQL(f)
-	rows, err := s.pool.Query(ctx, sql, a...)
+	sql, a, settings, err := s.listItemsSQL(ctx, f)
 	if err != nil {
 		return nil, s.fail("list items", err)
 	}
-	defer rows.Close()
 	var out []redrive.Item
 	sc := newItemScanner()
-	for rows.Next() {
-		it, _, err := sc.scan(rows)
-		if err != nil {
-			return nil, s.fail("list items", err)
+	scan := func(rows pgx.Rows) error {
+		for rows.Next() {
+			it, _, err := sc.scan(rows)
+			if err != nil {
+				return err
+			}
+			out = append(out, it)
 		}
-		out = append(out, it)
+		return rows.Err()
 	}
-	if err := rows.Err(); err != nil {
+	if settings != "" {
+		err = s.queryPlanned(ctx, settings, sql, a, scan)
+	} else {
+		var rows pgx.Rows
+		if rows, err = s.pool.Query(ctx, sql, a...); err == nil {
+			err = scan(rows)
+			rows.Close()
+		}
+	}
+	if err != nil {
 		return nil, s.fail("list items", err)
 	}
 	return out, nil
 }
 
-// listItemsSQL is the query of ListItems(f), f.Limit set.
-func (s *Store) listItemsSQL(f redrive.ItemFilter) (string, args) {
-	var a args
+// listItemsSQL is the query of ListItems(f), f.Limit set, and the planner
+// settings it runs with ("": none).
+func (s *Store) listItemsSQL(ctx context.Context, f redrive.ItemFilter) (sql string, a args, settings string, err error) {
 	if walksRun(f) {
-		return s.runWalkSQL(f, &a), a
+		return s.runWalkSQL(f, &a), a, "", nil
 	}
-	return `SELECT ` + itemCols + ` FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit), a
+	if walksCauses(f) {
+		sql, a, ok, err := s.causeWalkSQL(ctx, f)
+		if ok || err != nil {
+			return sql, a, causeWalkPlan, err
+		}
+	}
+	return `SELECT ` + itemCols + ` FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit), a, "", nil
 }
 
 // walksRun reports whether ListItems reads f by walking the run's items in

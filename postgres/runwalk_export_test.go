@@ -18,9 +18,17 @@ func ListItemsPlan(ctx context.Context, s *Store, f redrive.ItemFilter, generic 
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
-	q, a := s.listItemsSQL(f)
+	q, a, settings, err := s.listItemsSQL(ctx, f)
+	if err != nil {
+		return "", err
+	}
 	var plan string
-	err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
+		if settings != "" {
+			if _, err := tx.Exec(ctx, settings); err != nil {
+				return err
+			}
+		}
 		explain := `EXPLAIN ANALYZE ` + q
 		if generic {
 			if _, err := tx.Exec(ctx, `SET LOCAL plan_cache_mode = force_generic_plan`); err != nil {
@@ -45,7 +53,10 @@ func ListItemsPlan(ctx context.Context, s *Store, f redrive.ItemFilter, generic 
 					return fmt.Errorf("argument %d: %T", i+1, v)
 				}
 			}
-			explain, a = `EXPLAIN ANALYZE EXECUTE `+name+`(`+strings.Join(ps, ", ")+`)`, nil
+			explain, a = `EXPLAIN ANALYZE EXECUTE `+name, nil
+			if len(ps) > 0 {
+				explain += `(` + strings.Join(ps, ", ") + `)`
+			}
 		}
 		var err error
 		plan, err = explainLines(ctx, tx, explain, a...)
