@@ -282,9 +282,9 @@ func BulkWritePlans(ctx context.Context, s *Store, waiting, dead []int64, now ti
 	}{
 		{"retry now", s.retryNowIDsSQL(), []any{waiting, now}},
 		{"cancel pending", cancel, ca},
-		{"redrive", s.redriveIDsSQL(), []any{dead, now, int64(1000)}},
+		{"redrive", s.redriveIDsSQL(true), []any{dead, now, int64(1000)}},
 		{"redrive from", s.redriveFromIDsSQL(), []any{dead, idx, keep, "a", now, int64(0)}},
-		{"purge", s.purgeIDsSQL(), []any{dead}},
+		{"purge", s.purgeIDsSQL(true), []any{dead}},
 	} {
 		if err := explainAnalyzed(ctx, s, plans, st.name, bulkPlan, st.sql, st.args...); err != nil && !errors.Is(err, errRollback) {
 			return nil, err

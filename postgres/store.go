@@ -64,10 +64,11 @@ type Store struct {
 	channel string // NOTIFY channel
 	opts    Options
 
-	completes atomic.Uint64 // Complete calls, to fold run_counts now and then
-	retain    retainCursor  // where DeleteSucceeded goes on (retention.go)
-	vacuum    vacuumer      // the store's own VACUUMs (vacuum.go)
-	resume    resumePoints  // where claims resume (claimfrom.go)
+	completes atomic.Uint64   // Complete calls, to fold run_counts now and then
+	retain    retainCursor    // where DeleteSucceeded goes on (retention.go)
+	vacuum    vacuumer        // the store's own VACUUMs (vacuum.go)
+	resume    resumePoints    // where claims resume (claimfrom.go)
+	failures  failureCounting // whether bulk actions count failures (failurecounts.go)
 }
 
 var (
