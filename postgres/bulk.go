@@ -6,7 +6,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 
 	"github.com/redrive/redrive"
 )
@@ -155,26 +154,43 @@ func (s *Store) CancelPending(ctx context.Context, f redrive.ItemFilter, r redri
 	if err != nil {
 		return 0, err
 	}
+	counted, err := s.countsFailures(ctx)
+	if err != nil {
+		return 0, s.fail("cancel pending", err)
+	}
 	var n int
 	if f.Limit > 0 {
 		var a args
 		sel := s.selectIDsSQL(f, "FOR UPDATE SKIP LOCKED", &a)
-		n, err = s.writeLocked(ctx, sel, a, false, func(tx pgx.Tx, ids []int64) (int64, error) {
-			sql, a := s.cancelIDsSQL(ids, r)
-			tag, err := tx.Exec(ctx, sql, a...)
-			return tag.RowsAffected(), err
+		n, err = s.writeLocked(ctx, sel, a, false, func(tx pgx.Tx, ids []int64) (n int64, err error) {
+			sql, a := s.cancelIDsSQL(ids, r, counted)
+			err = tx.QueryRow(ctx, sql, a...).Scan(&n)
+			return n, err
 		})
 	} else {
 		var a args
 		set := cancelSet(&a, r)
-		var tag pgconn.CommandTag
-		tag, err = s.pool.Exec(ctx, `UPDATE `+s.q+`.items SET `+set+` WHERE state = 'pending' AND `+s.itemWhere(f, &a), a...)
-		n = int(tag.RowsAffected())
+		err = s.pool.QueryRow(ctx, s.cancelCounted(`UPDATE `+s.q+`.items SET `+set+` WHERE state = 'pending' AND `+
+			s.itemWhere(f, &a), counted), a...).Scan(&n)
 	}
 	if err != nil {
 		return 0, s.fail("cancel pending", err)
 	}
 	return n, nil
+}
+
+// cancelCounted wraps upd, an UPDATE that cancels items, into a statement
+// that returns how many it canceled; with counted (see countsFailures) it
+// also adds them to their failure groups, one row per group, and the
+// triggers skip it.
+func (s *Store) cancelCounted(upd string, counted bool) string {
+	if !counted {
+		return `WITH c AS (` + upd + ` RETURNING 1) SELECT count(*) FROM c`
+	}
+	return `WITH c AS (` + upd + ` AND ` + failuresCounted + `
+		RETURNING pipeline, stage, reason_class, reason_fingerprint, run_id, state),
+	` + s.itemFailuresCome("c") + `
+	SELECT count(*) FROM c`
 }
 
 // cancelSet is CancelPending's SET clause for reason r.
@@ -187,13 +203,14 @@ func cancelSet(a *args, r redrive.Reason) string {
 		reason_at = ` + at + `, reason_fingerprint = ` + a.add(redrive.Fingerprint(r.Error))
 }
 
-// cancelIDsSQL is CancelPending's write of the locked items ids.
-func (s *Store) cancelIDsSQL(ids []int64, r redrive.Reason) (string, args) {
+// cancelIDsSQL is CancelPending's write of the locked items ids, which
+// returns how many it canceled (see cancelCounted).
+func (s *Store) cancelIDsSQL(ids []int64, r redrive.Reason, counted bool) (string, args) {
 	var a args
 	idsP := a.add(ids)
 	set := cancelSet(&a, r)
-	return `UPDATE ` + s.q + `.items i SET ` + set + `
-		FROM unnest(` + idsP + `::bigint[]) AS u(id) WHERE i.id = u.id AND i.id = ANY(` + idsP + `::bigint[])`, a
+	return s.cancelCounted(`UPDATE `+s.q+`.items i SET `+set+`
+		FROM unnest(`+idsP+`::bigint[]) AS u(id) WHERE i.id = u.id AND i.id = ANY(`+idsP+`::bigint[])`, counted), a
 }
 
 // Redrive sends the dead or canceled items selected by f (f.States empty

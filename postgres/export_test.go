@@ -274,7 +274,7 @@ func NotificationClaimPlan(ctx context.Context, s *Store, req redrive.ClaimReque
 // Purge's of the dead items dead. It returns the plans by name.
 func BulkWritePlans(ctx context.Context, s *Store, waiting, dead []int64, now time.Time) (map[string]string, error) {
 	plans := map[string]string{}
-	cancel, ca := s.cancelIDsSQL(waiting, redrive.Reason{Class: "canceled", Error: "by an operator", At: now})
+	cancel, ca := s.cancelIDsSQL(waiting, redrive.Reason{Class: "canceled", Error: "by an operator", At: now}, true)
 	idx, keep := make([]int32, len(dead)), make([]bool, len(dead))
 	for _, st := range []struct {
 		name, sql string
@@ -283,7 +283,7 @@ func BulkWritePlans(ctx context.Context, s *Store, waiting, dead []int64, now ti
 		{"retry now", s.retryNowIDsSQL(), []any{waiting, now}},
 		{"cancel pending", cancel, ca},
 		{"redrive", s.redriveIDsSQL(true), []any{dead, now, int64(1000)}},
-		{"redrive from", s.redriveFromIDsSQL(), []any{dead, idx, keep, "a", now, int64(0)}},
+		{"redrive from", s.redriveFromIDsSQL(true), []any{dead, idx, keep, "a", now, int64(0)}},
 		{"purge", s.purgeIDsSQL(true), []any{dead}},
 	} {
 		if err := explainAnalyzed(ctx, s, plans, st.name, bulkPlan, st.sql, st.args...); err != nil && !errors.Is(err, errRollback) {

@@ -5,8 +5,8 @@ import (
 	"sync/atomic"
 )
 
-// The bulk actions that remove failures (Purge, Redrive) write their
-// failure_counts rows themselves, one per group, and tell the row
+// The bulk actions that add or remove failures (Purge, Redrive,
+// RedriveFrom, CancelPending) write their failure_counts rows themselves, one per group, and tell the row
 // triggers to skip them (migration 0027): the triggers cost a function
 // call and an inserted row per dead item and per failed attempt, half of
 // a purge of a million dead items.
@@ -49,9 +49,16 @@ func (s *Store) countsFailures(ctx context.Context) (bool, error) {
 // reason_fingerprint, run_id and state of the items it removes from the
 // dead or canceled state: it takes them off their groups' counts, one row
 // per group, as items_failure_count would one row per item.
-func (s *Store) itemFailuresGone(rows string) string {
+func (s *Store) itemFailuresGone(rows string) string { return s.itemFailures(rows, "-") }
+
+// itemFailuresCome is itemFailuresGone for items a statement puts in the
+// dead or canceled state (rows returns their new values): it adds them to
+// their groups' counts.
+func (s *Store) itemFailuresCome(rows string) string { return s.itemFailures(rows, "") }
+
+func (s *Store) itemFailures(rows, sign string) string {
 	return `fi AS (INSERT INTO ` + s.q + `.failure_counts (pipeline, stage, class, fingerprint, run_id, kind, n)
-		SELECT pipeline, stage, coalesce(reason_class, ''), coalesce(reason_fingerprint, ''), run_id, state, -count(*)
+		SELECT pipeline, stage, coalesce(reason_class, ''), coalesce(reason_fingerprint, ''), run_id, state, ` + sign + `count(*)
 		FROM ` + rows + ` WHERE state IN ('dead', 'canceled') GROUP BY 1, 2, 3, 4, 5, 6)`
 }
 

@@ -77,6 +77,13 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 	if err != nil {
 		return 0, err
 	}
+	// A dry run writes nothing, so it counts nothing either.
+	counted := false
+	if !req.DryRun {
+		if counted, err = s.countsFailures(ctx); err != nil {
+			return 0, s.fail("redrive from", err)
+		}
+	}
 	var a args
 	stageP := a.add(req.Stage)
 	// For each selected item, the stage index to restart at: its own when
@@ -85,7 +92,7 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 	// name; NULL when it never reached the stage. Inputs are stored on the
 	// attempt that moved the item on (migration 0010), and in
 	// item_stage_inputs for moves made before it.
-	sel := `SELECT s.id, CASE
+	pick := `SELECT s.id, CASE
 			WHEN s.stage = ` + stageP + ` THEN s.stage_index
 			ELSE coalesce((SELECT x.stage_index FROM (
 					SELECT t.next_stage_index AS stage_index FROM ` + s.q + `.attempts t
@@ -96,9 +103,17 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 				ORDER BY x.stage_index DESC LIMIT 1),
 				CASE WHEN s.stage_index > 0 AND EXISTS (SELECT 1 FROM ` + s.q + `.attempts t
 					WHERE t.item_id = s.id AND t.stage = ` + stageP + ` AND t.stage_index = 0) THEN 0 END)
-		END, s.stage = ` + stageP + `
-	FROM (SELECT id, stage, stage_index FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE) s
-	ORDER BY s.id`
+		END, s.stage = ` + stageP
+	locked := `SELECT id, stage, stage_index, pipeline, reason_class, reason_fingerprint, run_id, state
+		FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit) + ` FOR UPDATE`
+	sel := pick + ` FROM (` + locked + `) s ORDER BY s.id`
+	if counted {
+		// The write clears the reasons: the items leave their failure
+		// groups here, from the rows locked until the write.
+		sel = `WITH s AS (` + locked + `),
+		` + s.itemFailuresGone("s") + `
+		` + pick + ` FROM s ORDER BY s.id`
+	}
 	var n int
 	err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 		if _, err := tx.Exec(ctx, bulkNoJIT); err != nil {
@@ -141,7 +156,7 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 		if _, err := tx.Exec(ctx, bulkPlan); err != nil {
 			return err
 		}
-		_, err = tx.Exec(ctx, s.redriveFromIDsSQL(),
+		_, err = tx.Exec(ctx, s.redriveFromIDsSQL(counted),
 			ids, idx, keep, req.Stage, req.Now, req.Interval.Microseconds())
 		if err != nil {
 			return err
@@ -167,8 +182,13 @@ func (s *Store) RedriveFrom(ctx context.Context, req redrive.RedriveFromRequest)
 // at the stage index of $2 (its own stage when $3, else stage $4) with
 // that stage's input, the i-th due at $5 + i*$6 microseconds; it reopens
 // their runs. The items are found as a bulk action finds them (see
-// bulkPlan).
-func (s *Store) redriveFromIDsSQL() string {
+// bulkPlan). With counted (see countsFailures) the failure-count triggers
+// skip it: its selection took the items off their groups.
+func (s *Store) redriveFromIDsSQL(counted bool) string {
+	cond := ``
+	if counted {
+		cond = ` AND ` + failuresCounted
+	}
 	return `WITH u AS (SELECT * FROM unnest($1::bigint[], $2::int[], $3::bool[]) WITH ORDINALITY AS u(id, idx, keep, ord)),
 		upd AS (
 			UPDATE ` + s.q + `.items i SET state = 'pending', attempt = 0, rate_limit_waits = 0, failed_attempts = 0,
@@ -186,7 +206,7 @@ func (s *Store) redriveFromIDsSQL() string {
 				updated_at = $5, lease_owner = '', lease_expires_at = NULL,
 				reason_stage = NULL, reason_class = NULL, reason_error = NULL, reason_attempts = NULL, reason_at = NULL,
 			reason_fingerprint = NULL
-			FROM u WHERE i.id = u.id AND i.id = ANY($1::bigint[])
+			FROM u WHERE i.id = u.id AND i.id = ANY($1::bigint[])` + cond + `
 			RETURNING i.run_id)
 		UPDATE ` + s.q + `.runs SET status = 'running', finished_at = NULL, reason = ''
 		WHERE id IN (SELECT run_id FROM upd)`
