@@ -316,7 +316,7 @@ func (s *Store) Purge(ctx context.Context, f redrive.ItemFilter) (int, error) {
 // attempts and audit marks, counted as purged in its run (see
 // purgeIDsSQL); it returns how many items it deleted.
 func (s *Store) purgeSQL(where string, counted bool) string {
-	return `WITH d AS (DELETE FROM ` + s.q + `.items WHERE ` + where + purgeCond(counted) + ` RETURNING ` + purgedCols("") + `),` +
+	return `WITH d AS (DELETE FROM ` + s.q + `.items WHERE ` + where + countedCond(counted) + ` RETURNING ` + removedCols("") + `),` +
 		s.purgeRest(counted)
 }
 
@@ -327,43 +327,53 @@ func (s *Store) purgeSQL(where string, counted bool) string {
 // 'purged'.
 func (s *Store) purgeIDsSQL(counted bool) string {
 	return `WITH d AS (DELETE FROM ` + s.q + `.items i USING unnest($1::bigint[]) AS u(id)
-		WHERE i.id = u.id AND i.id = ANY($1::bigint[])` + purgeCond(counted) + ` RETURNING ` + purgedCols("i.") + `),` +
+		WHERE i.id = u.id AND i.id = ANY($1::bigint[])` + countedCond(counted) + ` RETURNING ` + removedCols("i.") + `),` +
 		s.purgeRest(counted)
 }
 
-// purgeCond is the condition a purge's deletes carry: with counted (see
+// countedCond is the condition that a delete of items (a purge's,
+// retention's of finished runs) carries: with counted (see
 // countsFailures), failuresCounted.
-func purgeCond(counted bool) string {
+func countedCond(counted bool) string {
 	if counted {
 		return ` AND ` + failuresCounted
 	}
 	return ``
 }
 
-// purgedCols are the columns a purge's delete of items returns: what
-// purgeRest needs (id, run_id) and what itemFailuresGone reads.
-func purgedCols(p string) string {
+// removedCols are the columns a delete of items returns: what removedRest
+// needs (id, run_id) and what itemFailuresGone reads.
+func removedCols(p string) string {
 	return p + `id, ` + p + `run_id, ` + p + `pipeline, ` + p + `stage, ` + p + `reason_class, ` +
 		p + `reason_fingerprint, ` + p + `state`
 }
 
 // purgeRest ends a purge's statement whose WITH query d returns the
-// purgedCols of each item it deleted: it deletes their attempts and audit
-// marks, counts them as purged in their runs and selects their number.
-// With counted (see countsFailures) it also takes the items and their
-// failed attempts off their failure groups, one row per group, and the
-// triggers skip them.
-func (s *Store) purgeRest(counted bool) string {
-	attempts, fails := ``, ``
+// removedCols of each item it deleted: it deletes their attempts and audit
+// marks, counts them as purged in their runs and selects their number
+// (see removedRest).
+func (s *Store) purgeRest(counted bool) string { return s.removedRest(counted, true) }
+
+// removedRest ends a statement whose WITH query d deletes items and
+// returns their removedCols: it deletes their attempts and audit marks,
+// with purged counts them as purged in their runs, and selects their
+// number. With counted (see countsFailures) it also takes the items and
+// their failed attempts off their failure groups, one row per group, and
+// the triggers skip them.
+func (s *Store) removedRest(counted, purged bool) string {
+	attempts, rest := ``, ``
 	if counted {
 		attempts = ` AND ` + failuresCounted + ` RETURNING pipeline, stage, class, fingerprint, run_id`
-		fails = `,
+		rest = `,
 	` + s.itemFailuresGone("d") + `,
 	` + s.attemptFailuresGone("da")
 	}
+	if purged {
+		rest = `,
+	pc AS (INSERT INTO ` + s.q + `.run_counts (run_id, state, n) SELECT run_id, 'purged', count(*) FROM d GROUP BY run_id)` + rest
+	}
 	return `
 	da AS (DELETE FROM ` + s.q + `.attempts WHERE item_id = ANY(ARRAY(SELECT id FROM d))` + attempts + `),
-	dm AS (DELETE FROM ` + s.q + `.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
-	pc AS (INSERT INTO ` + s.q + `.run_counts (run_id, state, n) SELECT run_id, 'purged', count(*) FROM d GROUP BY run_id)` + fails + `
+	dm AS (DELETE FROM ` + s.q + `.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d)))` + rest + `
 	SELECT count(*) FROM d`
 }

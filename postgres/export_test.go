@@ -198,7 +198,7 @@ func FinishedRunsPlans(ctx context.Context, s *Store, before time.Time, limit in
 		if _, err := tx.Exec(ctx, finishedRunsSettings); err != nil {
 			return err
 		}
-		sql, a := s.deleteFinishedItemsSQL(before, limit)
+		sql, a := s.deleteFinishedItemsSQL(before, limit, true)
 		if items, err = explainLines(ctx, tx, `EXPLAIN `+sql, a...); err != nil {
 			return err
 		}

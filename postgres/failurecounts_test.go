@@ -7,6 +7,7 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 
@@ -15,9 +16,10 @@ import (
 	"github.com/redrive/redrive/postgres"
 )
 
-// Purge, Redrive, RedriveFrom and CancelPending count what they add to or
-// remove from failure_counts one row per group (migration 0027), and the
-// counts stay those of the items and attempts after every kind of each. A process whose schema
+// Purge, Redrive, RedriveFrom, CancelPending and the retention of
+// finished runs count what they add to or remove from failure_counts one
+// row per group (migration 0027), and the counts stay those of the items
+// and attempts after every kind of each. A process whose schema
 // lacks 0027 leaves the counting to the triggers, without counting twice.
 func TestBulkActionsCountFailuresByGroup(t *testing.T) {
 	t.Parallel()
@@ -175,9 +177,16 @@ func testBulkFailureCounts(t *testing.T, ahead bool) {
 		{"redrive all of q", func() (int, error) {
 			return s.Redrive(ctx, redrive.ItemFilter{Pipeline: "q", States: both}, t0, 0)
 		}, 317 + 80, false},
+		{"retention of p's finished run", func() (int, error) {
+			if _, err := s.Pool().Exec(ctx, `UPDATE `+q+`.runs SET status = 'failed', finished_at = $1 WHERE pipeline = 'p'`, t0); err != nil {
+				return 0, err
+			}
+			n, _, err := s.DeleteFinishedRuns(ctx, t0.Add(time.Hour), 100)
+			return n, err
+		}, 100, false},
 		{"purge all", func() (int, error) {
 			return s.Purge(ctx, redrive.ItemFilter{States: both})
-		}, 320 + 80 - 50 - 20 - 60, false},
+		}, 320 + 80 - 50 - 20 - 60 - 100, false},
 	}
 	for _, st := range steps {
 		before := rows()

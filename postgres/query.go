@@ -309,7 +309,11 @@ func (s *Store) DeleteFinishedRuns(ctx context.Context, before time.Time, limit 
 	if limit < 0 {
 		return 0, 0, errors.New("postgres: delete finished runs: negative limit")
 	}
-	sql, a := s.deleteFinishedItemsSQL(before, limit)
+	counted, err := s.countsFailures(ctx)
+	if err != nil {
+		return 0, 0, s.fail("delete finished runs", err)
+	}
+	sql, a := s.deleteFinishedItemsSQL(before, limit, counted)
 	err = s.queryPlanned(ctx, finishedRunsSettings, sql, a, func(rows pgx.Rows) error {
 		n, err := pgx.CollectExactlyOneRow(rows, pgx.RowTo[int64])
 		items = int(n)
@@ -350,17 +354,19 @@ const finishedRunsSettings = `SELECT set_config('enable_bitmapscan', 'off', true
 // items_run_state, LATERAL so that items cannot be the outer side: with
 // items estimated at one row (after the VACUUM of an emptied items table,
 // see completePlan), the planner walked all of items_run_state and looked
-// up each item's run.
-func (s *Store) deleteFinishedItemsSQL(before time.Time, limit int) (string, args) {
+// up each item's run. With counted (see countsFailures) it takes the dead
+// and canceled items and the failed attempts it deletes off their failure
+// groups itself, one row per group.
+func (s *Store) deleteFinishedItemsSQL(before time.Time, limit int, counted bool) (string, args) {
 	var a args
 	t := a.add(before)
 	// The SQL first, then the arguments it added: Go does not order the
 	// read of a in a return statement after the calls beside it.
 	lim := limitClause(&a, limit)
-	sql := s.deleteItemsSQL(`DELETE FROM ` + s.q + `.items WHERE state IN ('succeeded', 'dead', 'canceled') AND id = ANY(ARRAY(
-		SELECT x.id FROM ` + s.q + `.runs r CROSS JOIN LATERAL (SELECT i.id FROM ` + s.q + `.items i
-			WHERE i.run_id = r.id AND i.state IN ('succeeded', 'dead', 'canceled')` + lim + ` FOR UPDATE SKIP LOCKED) x
-		WHERE r.status <> 'running' AND r.finished_at < ` + t + lim + `))`)
+	sql := s.deleteItemsSQL(`DELETE FROM `+s.q+`.items WHERE state IN ('succeeded', 'dead', 'canceled') AND id = ANY(ARRAY(
+		SELECT x.id FROM `+s.q+`.runs r CROSS JOIN LATERAL (SELECT i.id FROM `+s.q+`.items i
+			WHERE i.run_id = r.id AND i.state IN ('succeeded', 'dead', 'canceled')`+lim+` FOR UPDATE SKIP LOCKED) x
+		WHERE r.status <> 'running' AND r.finished_at < `+t+lim+`))`, counted)
 	return sql, a
 }
 
@@ -381,10 +387,7 @@ func (s *Store) deleteFinishedRunsSQL() string {
 
 // deleteItemsSQL is a statement that runs del, a DELETE of items, deletes
 // the attempts and audit marks of the deleted items with it, and returns
-// how many items it deleted.
-func (s *Store) deleteItemsSQL(del string) string {
-	return `WITH d AS (` + del + ` RETURNING id),
-	da AS (DELETE FROM ` + s.q + `.attempts WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
-	dm AS (DELETE FROM ` + s.q + `.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d)))
-	SELECT count(*) FROM d`
+// how many items it deleted (see removedRest).
+func (s *Store) deleteItemsSQL(del string, counted bool) string {
+	return `WITH d AS (` + del + countedCond(counted) + ` RETURNING ` + removedCols("") + `),` + s.removedRest(counted, false)
 }
