@@ -25,11 +25,7 @@ func TestDLQPageWalksErrorGroups(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	url, schema := pgtest.NewSchema(t)
-	s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema, Migrate: true})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := pgtest.OpenStoreAt(t, url, schema)
 	conn, err := pgx.Connect(ctx, url)
 	if err != nil {
 		t.Fatal(err)
