@@ -39,12 +39,15 @@ const maxCauseArms = 64
 
 // walksCauses reports whether ListItems reads f by walking its error
 // groups (see causeWalkSQL): dead or canceled items filtered by pipeline,
-// stage or class and by no run (walksRun), key, IDs or action.
+// stage, class or fingerprint and by no run (walksRun), key, IDs or
+// action. By fingerprint alone the planner, without statistics, crossed
+// all of items_dlq with the fingerprint's entries of items_fingerprint
+// and sorted what both held: 36 ms a page at a million dead items.
 func walksCauses(f redrive.ItemFilter) bool {
 	if f.RunID != 0 || f.Key != "" || len(f.IDs) > 0 || f.ActionID != 0 || len(f.States) == 0 {
 		return false
 	}
-	if f.Pipeline == "" && f.Stage == "" && f.Class == "" {
+	if f.Pipeline == "" && f.Stage == "" && f.Class == "" && f.Fingerprint == "" {
 		return false
 	}
 	for _, st := range f.States {

@@ -236,25 +236,11 @@ const foldFailuresAt = 4096
 // keptCountsServe): its states' items and every failed attempt of its
 // run, pipeline, stage, class and fingerprint. When it summed more than
 // foldFailuresAt rows, it folds the table before it returns, so the next
-// read sums one row per group.
+// read sums one row per group, and starts a VACUUM of the table.
 func (s *Store) keptFailureCounts(ctx context.Context, f redrive.ItemFilter) ([]redrive.ErrorGroup, error) {
+	s.checkCounts(ctx)
 	var a args
-	kinds := make([]string, 0, len(f.States)+1)
-	for _, st := range f.States {
-		kinds = append(kinds, string(st))
-	}
-	kinds = append(kinds, "failed")
-	where := "kind = ANY(" + a.add(kinds) + "::text[])"
-	for _, c := range []struct{ col, v string }{
-		{"pipeline", f.Pipeline}, {"stage", f.Stage}, {"class", f.Class}, {"fingerprint", f.Fingerprint},
-	} {
-		if c.v != "" {
-			where += " AND " + c.col + " = " + a.add(c.v)
-		}
-	}
-	if f.RunID != 0 {
-		where += " AND run_id = " + a.add(f.RunID)
-	}
+	where := failureCountsWhere(f, true, &a)
 	rows, err := s.pool.Query(ctx, `SELECT pipeline, stage, class, fingerprint,
 			sum(n) FILTER (WHERE kind <> 'failed'), sum(n) FILTER (WHERE kind = 'failed'), count(*)
 		FROM `+s.q+`.failure_counts WHERE `+where+`
@@ -283,23 +269,82 @@ func (s *Store) keptFailureCounts(ctx context.Context, f redrive.ItemFilter) ([]
 		return nil, err
 	}
 	if read > foldFailuresAt {
-		s.foldFailures(ctx)
+		if n, err := s.foldFailures(ctx); err == nil && n > 0 {
+			s.vacuumCounts()
+		}
 	}
 	return groups, nil
+}
+
+// failureCountsWhere selects the rows of failure_counts of f's states
+// (and failed attempts, with failed) of its run, pipeline, stage, class
+// and fingerprint.
+func failureCountsWhere(f redrive.ItemFilter, failed bool, a *args) string {
+	kinds := make([]string, 0, len(f.States)+1)
+	for _, st := range f.States {
+		kinds = append(kinds, string(st))
+	}
+	if failed {
+		kinds = append(kinds, "failed")
+	}
+	where := "kind = ANY(" + a.add(kinds) + "::text[])"
+	for _, c := range []struct{ col, v string }{
+		{"pipeline", f.Pipeline}, {"stage", f.Stage}, {"class", f.Class}, {"fingerprint", f.Fingerprint},
+	} {
+		if c.v != "" {
+			where += " AND " + c.col + " = " + a.add(c.v)
+		}
+	}
+	if f.RunID != 0 {
+		where += " AND run_id = " + a.add(f.RunID)
+	}
+	return where
+}
+
+// countsKept reports whether failure_counts holds Count's answer for f:
+// the items of states it names, all dead or canceled, filtered by no more
+// than run, pipeline, stage, class and fingerprint (keptCountsServe), and
+// no cursor.
+func countsKept(f redrive.ItemFilter) bool {
+	return len(f.States) > 0 && f.AfterID == 0 && keptCountsServe(f)
+}
+
+// keptCount is Count of a filter that countsKept: the sum of its rows of
+// failure_counts, which the transactions that kill, cancel, redrive,
+// purge or delete items keep exact, at most f.Limit when it is set.
+// Counting the items read every one of them: 200 – 290 ms for the dead
+// items of a pipeline, or all of them, at a million (docs/BENCHMARKS.md).
+func (s *Store) keptCount(ctx context.Context, f redrive.ItemFilter) (int, error) {
+	s.checkCounts(ctx)
+	var a args
+	var n int64
+	err := s.pool.QueryRow(ctx, `SELECT coalesce(sum(n), 0)::bigint FROM `+s.q+`.failure_counts WHERE `+
+		failureCountsWhere(f, false, &a), a...).Scan(&n)
+	if err != nil {
+		return 0, err
+	}
+	if f.Limit > 0 && n > int64(f.Limit) {
+		n = int64(f.Limit)
+	}
+	return int(n), nil
 }
 
 // foldFailures replaces the rows of failure_counts with one per group
 // holding their sum (groups at zero go), in one statement, so readers see
 // either the rows or their sums; rows that triggers add meanwhile are not
 // seen by it and stay. Only one process folds at a time (the others
-// skip); a failure only leaves the rows for the next read.
-func (s *Store) foldFailures(ctx context.Context) {
-	_, _ = s.pool.Exec(ctx, `WITH l AS (SELECT pg_try_advisory_xact_lock($1, hashtext($2)) AS ok),
-	d AS (DELETE FROM `+s.q+`.failure_counts WHERE (SELECT ok FROM l) RETURNING *)
-	INSERT INTO `+s.q+`.failure_counts (pipeline, stage, class, fingerprint, run_id, kind, n)
-	SELECT pipeline, stage, class, fingerprint, run_id, kind, sum(n) FROM d
-	GROUP BY pipeline, stage, class, fingerprint, run_id, kind HAVING sum(n) <> 0`,
-		foldLockClass, s.schema+".failure_counts")
+// skip); a failure only leaves the rows for the next read. It returns how
+// many rows it deleted, each a dead row until a VACUUM (countsvacuum.go).
+func (s *Store) foldFailures(ctx context.Context) (int64, error) {
+	var n int64
+	err := s.pool.QueryRow(ctx, `WITH l AS (SELECT pg_try_advisory_xact_lock($1, hashtext($2)) AS ok),
+	d AS (DELETE FROM `+s.q+`.failure_counts WHERE (SELECT ok FROM l) RETURNING *),
+	ins AS (INSERT INTO `+s.q+`.failure_counts (pipeline, stage, class, fingerprint, run_id, kind, n)
+		SELECT pipeline, stage, class, fingerprint, run_id, kind, sum(n) FROM d
+		GROUP BY pipeline, stage, class, fingerprint, run_id, kind HAVING sum(n) <> 0)
+	SELECT count(*) FROM d`,
+		foldLockClass, s.schema+".failure_counts").Scan(&n)
+	return n, err
 }
 
 // attemptWhere selects the failed attempts of f's run, pipeline, stage and

@@ -136,6 +136,14 @@ var errRollback = errors.New("roll back")
 // any, to end.
 func WaitVacuum(ctx context.Context, s *Store) error { return s.waitVacuum(ctx) }
 
+// WaitCountsVacuum waits for the VACUUM of the counts tables that s runs
+// in the background, if any.
+func WaitCountsVacuum(ctx context.Context, s *Store) error { return s.waitCountsVacuum(ctx) }
+
+// CountsVacuumEvery is how many Complete calls pass between two VACUUMs of
+// the counts tables.
+const CountsVacuumEvery = countsVacuumEvery
+
 // RetentionPlan returns the plan of DeleteSucceeded's statement, planned
 // as DeleteSucceeded plans it, for a batch of limit items before before.
 func RetentionPlan(ctx context.Context, s *Store, before time.Time, limit int) (string, error) {

@@ -288,6 +288,13 @@ func (s *Store) Count(ctx context.Context, f redrive.ItemFilter) (int, error) {
 	if err := f.Validate(); err != nil {
 		return 0, fmt.Errorf("postgres: count: %w", err)
 	}
+	if countsKept(f) {
+		n, err := s.keptCount(ctx, f)
+		if err != nil {
+			return 0, s.fail("count", err)
+		}
+		return n, nil
+	}
 	var a args
 	where := s.itemWhere(f, &a)
 	sql := `SELECT count(*) FROM ` + s.q + `.items WHERE ` + where

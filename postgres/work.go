@@ -838,8 +838,11 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	// Items completed back to pending and due are ready again, in their
 	// old place in claim order (claimfrom.go).
 	s.resume.lower(first)
-	if s.completes.Add(1)%foldEvery == 0 {
+	if n := s.completes.Add(1); n%foldEvery == 0 {
 		s.foldCounts(ctx)
+		if n%countsVacuumEvery == 0 {
+			s.vacuumCounts()
+		}
 	}
 	return applied, nil
 }

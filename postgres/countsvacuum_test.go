@@ -1,0 +1,201 @@
+package postgres_test
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/pgtest"
+	"github.com/redrive/redrive/postgres"
+)
+
+// The fold of failure_counts deletes every row it sums; the store then
+// vacuums the table, so that it keeps the size of its live rows whether
+// or not autovacuum runs. A table that grew without those VACUUMs (an
+// earlier version's, or a store that runs none) shrinks on the first read
+// of error groups of a process, and the counts read stay exact
+// throughout.
+func TestFailureCountsStaySmall(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	// A database of its own: a VACUUM removes no row that a transaction
+	// of the same database may still see, and other tests' transactions
+	// in a shared one would keep the fold's rows.
+	url := ownDatabase(t)
+	schema := pgtest.CreateSchema(t, url)
+	s := pgtest.OpenStoreAt(t, url, schema)
+	q := pgx.Identifier{schema}.Sanitize()
+	size := func(s *postgres.Store) int64 {
+		t.Helper()
+		var n int64
+		if err := s.Pool().QueryRow(ctx, `SELECT pg_relation_size($1::regclass)`, q+".failure_counts").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	// As on a server that runs no autovacuum, whatever this one does.
+	if _, err := s.Pool().Exec(ctx, `ALTER TABLE `+q+`.failure_counts SET (autovacuum_enabled = false)`); err != nil {
+		t.Fatal(err)
+	}
+	run, _, err := s.CreateRun(ctx, "p", redrive.RunOptions{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// 30,000 items dead on arrival, in 7 groups: a row of failure_counts
+	// each, written by the insert trigger.
+	const dead, causes = 30000, 7
+	in := make([]redrive.NewItem, dead)
+	for i := range in {
+		in[i] = redrive.NewItem{Payload: []byte(`{}`), Invalid: fmt.Sprintf("bad field %c", 'a'+i%causes)}
+	}
+	if _, err := s.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "p", Stage: "a", Items: in, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	filter := redrive.ItemFilter{States: []redrive.State{redrive.StateDead}}
+	check := func(s *postgres.Store, when string) {
+		t.Helper()
+		groups, err := s.FailureGroups(ctx, filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for _, g := range groups {
+			total += g.Dead
+		}
+		if len(groups) != causes || total != dead {
+			t.Fatalf("%s: %d groups holding %d dead items, want %d holding %d", when, len(groups), total, causes, dead)
+		}
+	}
+	before := size(s)
+	if before < 2<<20 {
+		t.Fatalf("failure_counts holds %d bytes before its first fold, want its 30,000 rows (over 2 MB)", before)
+	}
+	// The read sums 30,000 rows, folds them and starts the VACUUM.
+	check(s, "first read")
+	if err := postgres.WaitCountsVacuum(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if n := size(s); n > 4*8192 {
+		t.Fatalf("failure_counts holds %d bytes after its fold and VACUUM (%d before), want its 7 rows' page or few more", n, before)
+	}
+	check(s, "after the VACUUM")
+
+	// What a fold without VACUUM leaves: 30,002 more rows that sum to
+	// nothing, folded by the statement an earlier version ran.
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := s.Pool().Exec(ctx, strings.ReplaceAll(sql, "{schema}", q)); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`INSERT INTO {schema}.failure_counts (pipeline, stage, class, fingerprint, run_id, kind, n)
+		SELECT pipeline, stage, class, fingerprint, run_id, kind, CASE WHEN g % 2 = 0 THEN 1 ELSE -1 END
+		FROM {schema}.failure_counts, generate_series(1, 4286) AS g`)
+	exec(`WITH d AS (DELETE FROM {schema}.failure_counts RETURNING *)
+		INSERT INTO {schema}.failure_counts (pipeline, stage, class, fingerprint, run_id, kind, n)
+		SELECT pipeline, stage, class, fingerprint, run_id, kind, sum(n) FROM d
+		GROUP BY pipeline, stage, class, fingerprint, run_id, kind HAVING sum(n) <> 0`)
+	bloated := size(s)
+	if bloated < 2<<20 {
+		t.Fatalf("failure_counts holds %d bytes after a fold without VACUUM, want over 2 MB", bloated)
+	}
+	// A store that runs no VACUUM leaves the table as it is.
+	off, err := postgres.Open(ctx, url, postgres.Options{Schema: schema, VacuumAfter: -1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	check(off, "read by a store that runs no VACUUM")
+	if err := postgres.WaitCountsVacuum(ctx, off); err != nil {
+		t.Fatal(err)
+	}
+	off.Close()
+	if n := size(s); n != bloated {
+		t.Fatalf("a store with VacuumAfter -1 changed failure_counts from %d to %d bytes", bloated, n)
+	}
+	// A new process's first read finds the table large and shrinks it.
+	next := pgtest.OpenStoreAt(t, url, schema)
+	check(next, "first read of a new process")
+	if err := postgres.WaitCountsVacuum(ctx, next); err != nil {
+		t.Fatal(err)
+	}
+	if n := size(next); n > 4*8192 {
+		t.Fatalf("failure_counts holds %d bytes after a new process's first read (%d before), want a few pages", n, bloated)
+	}
+	check(next, "after the new process's VACUUM")
+}
+
+// Every countsVacuumEvery completions the store vacuums run_counts, whose
+// folds delete rows as failure_counts's do.
+func TestRunCountsVacuumed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url, schema := pgtest.NewSchema(t)
+	s := pgtest.OpenStoreAt(t, url, schema)
+	// As on a server that runs no autovacuum, whatever this one does: its
+	// VACUUM could take the table first, and the store's skips a table
+	// another VACUUM works on.
+	if _, err := s.Pool().Exec(ctx, `ALTER TABLE `+pgx.Identifier{schema, "run_counts"}.Sanitize()+` SET (autovacuum_enabled = false)`); err != nil {
+		t.Fatal(err)
+	}
+	run, _, err := s.CreateRun(ctx, "p", redrive.RunOptions{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	n := postgres.CountsVacuumEvery
+	in := make([]redrive.NewItem, n)
+	for i := range in {
+		in[i].Payload = []byte(`{}`)
+	}
+	if _, err := s.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "p", Stage: "a", Items: in, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	vacuums := func() int64 {
+		t.Helper()
+		var v int64
+		if err := s.Pool().QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+			pgx.Identifier{schema, "run_counts"}.Sanitize()).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	start := vacuums()
+	now := time.Now()
+	ls, err := s.Claim(ctx, redrive.ClaimRequest{Owner: "w", Pipelines: []string{"p"}, Limit: n, LeaseUntil: now.Add(time.Hour), Now: now})
+	if err != nil || len(ls) != n {
+		t.Fatalf("claimed %d of %d: %v", len(ls), n, err)
+	}
+	// One completion per call: the calls, not the items, are counted.
+	for i, l := range ls {
+		if i == n-1 {
+			if err := postgres.WaitCountsVacuum(ctx, s); err != nil {
+				t.Fatal(err)
+			}
+			if v := vacuums(); v != start {
+				t.Fatalf("run_counts vacuumed %d times after %d completions, want none before the %dth", v-start, i, n)
+			}
+		}
+		c := redrive.Completion{ItemID: l.Item.ID, Token: l.Token, State: redrive.StateSucceeded, Stage: "a", Attempt: 1, Now: now,
+			Record: redrive.Attempt{Stage: "a", Number: 1, Outcome: redrive.OutcomeSucceeded, StartedAt: now, FinishedAt: now}}
+		if applied, err := s.Complete(ctx, []redrive.Completion{c}); err != nil || !applied[0] {
+			t.Fatalf("completion %d: applied %v, %v", i, applied, err)
+		}
+	}
+	if err := postgres.WaitCountsVacuum(ctx, s); err != nil {
+		t.Fatal(err)
+	}
+	if v := vacuums(); v != start+1 {
+		t.Fatalf("run_counts vacuumed %d times after %d completions, want once", v-start, n)
+	}
+	r, err := s.GetRun(ctx, run.ID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Counts.Succeeded != n {
+		t.Fatalf("run counts %d succeeded after the VACUUM, want %d", r.Counts.Succeeded, n)
+	}
+}
