@@ -7,6 +7,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/keptcounts"
 )
 
 // DeadErrors counts the dead (or f.States) items selected by f by
@@ -104,7 +105,7 @@ func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redr
 	attW := attemptWhere(f, &aa)
 	var groups []redrive.ErrorGroup
 	var err error
-	if keptCountsServe(f) {
+	if keptcounts.Groups(f) {
 		groups, err = s.keptFailureCounts(ctx, f)
 	} else {
 		groups, err = s.groupFailures(ctx, itemW, ia, attW, aa)
@@ -211,29 +212,13 @@ func (s *Store) groupFailures(ctx context.Context, itemW string, ia args, attW s
 	return mergeCauses(dead, failed), nil
 }
 
-// keptCountsServe reports whether failure_counts holds the groups of f:
-// it filters by no more than run, pipeline, stage, class and fingerprint
-// (no key, error text, time, IDs or action),
-// and selects dead or canceled items only.
-func keptCountsServe(f redrive.ItemFilter) bool {
-	if f.ErrorContains != "" || f.Key != "" || !f.Since.IsZero() || !f.Until.IsZero() || !f.DueAfter.IsZero() || len(f.IDs) > 0 || f.ActionID != 0 {
-		return false
-	}
-	for _, st := range f.States {
-		if st != redrive.StateDead && st != redrive.StateCanceled {
-			return false
-		}
-	}
-	return true
-}
-
 // foldFailuresAt is how many failure_counts rows a read may sum before it
 // folds them (see foldFailures): a few thousand rows sum in a
 // millisecond or two.
 const foldFailuresAt = 4096
 
 // keptFailureCounts sums the failure_counts rows that f selects (see
-// keptCountsServe): its states' items and every failed attempt of its
+// keptcounts.Groups): its states' items and every failed attempt of its
 // run, pipeline, stage, class and fingerprint. When it summed more than
 // foldFailuresAt rows, it folds the table before it returns, so the next
 // read sums one row per group, and starts a VACUUM of the table.
@@ -301,15 +286,7 @@ func failureCountsWhere(f redrive.ItemFilter, failed bool, a *args) string {
 	return where
 }
 
-// countsKept reports whether failure_counts holds Count's answer for f:
-// the items of states it names, all dead or canceled, filtered by no more
-// than run, pipeline, stage, class and fingerprint (keptCountsServe), and
-// no cursor.
-func countsKept(f redrive.ItemFilter) bool {
-	return len(f.States) > 0 && f.AfterID == 0 && keptCountsServe(f)
-}
-
-// keptCount is Count of a filter that countsKept: the sum of its rows of
+// keptCount is Count of a filter that keptcounts.Count serves: the sum of its rows of
 // failure_counts, which the transactions that kill, cancel, redrive,
 // purge or delete items keep exact, at most f.Limit when it is set.
 // Counting the items read every one of them: 200 – 290 ms for the dead

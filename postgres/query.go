@@ -11,6 +11,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/keptcounts"
 )
 
 // GetItem returns one item, or an error wrapping redrive.ErrNotFound.
@@ -288,7 +289,7 @@ func (s *Store) Count(ctx context.Context, f redrive.ItemFilter) (int, error) {
 	if err := f.Validate(); err != nil {
 		return 0, fmt.Errorf("postgres: count: %w", err)
 	}
-	if countsKept(f) {
+	if keptcounts.Count(f) {
 		n, err := s.keptCount(ctx, f)
 		if err != nil {
 			return 0, s.fail("count", err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/keptcounts"
 )
 
 // DeadErrors counts the dead (or f.States) items selected by f by
@@ -104,7 +105,7 @@ func (s *Store) FailureGroups(ctx context.Context, f redrive.ItemFilter) ([]redr
 	attW, attArgs := attemptWhere(f)
 	var groups []redrive.ErrorGroup
 	var err error
-	if keptCountsServe(f) {
+	if keptcounts.Groups(f) {
 		groups, err = s.keptFailureCounts(ctx, f)
 	} else {
 		groups, err = s.groupFailures(ctx, itemW, itemArgs, attW, attArgs)
@@ -175,7 +176,7 @@ func (s *Store) groupFailures(ctx context.Context, itemW string, itemArgs []any,
 }
 
 // keptFailureCounts sums the failure_counts rows that f selects (see
-// keptCountsServe): its states' items and every failed
+// keptcounts.Groups): its states' items and every failed
 // attempt of its run, pipeline, stage, class and fingerprint.
 func (s *Store) keptFailureCounts(ctx context.Context, f redrive.ItemFilter) ([]redrive.ErrorGroup, error) {
 	kinds := make([]string, 0, len(f.States))
@@ -207,20 +208,27 @@ func (s *Store) keptFailureCounts(ctx context.Context, f redrive.ItemFilter) ([]
 	return groups, rows.Err()
 }
 
-// keptCountsServe reports whether failure_counts holds the groups of f:
-// it filters by no more than run, pipeline, stage, class and fingerprint
-// (no key, error text, time, IDs or action),
-// and selects dead or canceled items only.
-func keptCountsServe(f redrive.ItemFilter) bool {
-	if f.ErrorContains != "" || f.Key != "" || !f.Since.IsZero() || !f.Until.IsZero() || !f.DueAfter.IsZero() || len(f.IDs) > 0 || f.ActionID != 0 {
-		return false
-	}
+// keptCount is Count of a filter that keptcounts.Count serves: the sum of
+// its rows of failure_counts, which the triggers keep exact as items die,
+// are canceled, redriven, purged or deleted, at most f.Limit when it is
+// set. Counting the items read every one of them (docs/BENCHMARKS.md).
+func (s *Store) keptCount(ctx context.Context, f redrive.ItemFilter) (int, error) {
+	kinds := make([]string, 0, len(f.States))
+	args := make([]any, 0, len(f.States)+5)
 	for _, st := range f.States {
-		if st != redrive.StateDead && st != redrive.StateCanceled {
-			return false
-		}
+		kinds = append(kinds, "?")
+		args = append(args, string(st))
 	}
-	return true
+	where, args := causeWhere(f, []string{"kind IN (" + strings.Join(kinds, ", ") + ")"}, args)
+	var n int
+	if err := s.r.QueryRowContext(ctx, `SELECT COALESCE(SUM(n), 0) FROM failure_counts WHERE `+strings.Join(where, " AND "),
+		args...).Scan(&n); err != nil {
+		return 0, err
+	}
+	if f.Limit > 0 {
+		n = min(n, f.Limit)
+	}
+	return n, nil
 }
 
 // attemptWhere selects the failed attempts of f's run, pipeline, stage and

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/keptcounts"
 )
 
 // stateTime is the time an item reached its state: the reason's time for
@@ -551,6 +552,13 @@ func keepCounted(ctx context.Context, tx *sql.Tx) error {
 func (s *Store) Count(ctx context.Context, f redrive.ItemFilter) (int, error) {
 	if err := f.Validate(); err != nil {
 		return 0, fmt.Errorf("sqlite: count: %w", err)
+	}
+	if keptcounts.Count(f) {
+		n, err := s.keptCount(ctx, f)
+		if err != nil {
+			return 0, fmt.Errorf("sqlite: count: %w", err)
+		}
+		return n, nil
 	}
 	where, args := itemWhere(f)
 	q := `SELECT COUNT(*) FROM items WHERE ` + where

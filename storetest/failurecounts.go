@@ -15,7 +15,8 @@ import (
 // of the rows (DeadErrors and AttemptErrors grouped in Go), after every
 // round of seeded random transitions: deaths, retries, successes, moves to
 // the next stage, invalid inputs, cancels, redrives, purges, retention
-// deletes of succeeded items and of finished runs.
+// deletes of succeeded items and of finished runs. So does Count of those
+// states, against the items listed.
 func testFailureCounts(h *h) {
 	rng := rand.New(rand.NewPCG(15, 2026))
 	runs := []redrive.Run{h.run("fca", "one"), h.run("fca", "two"), h.run("fcb", "three")}
@@ -74,6 +75,22 @@ func testFailureCounts(h *h) {
 			}
 			if !slices.Equal(groupCounts(got), groupCounts(want)) {
 				h.Errorf("round %d: FailureGroups(%+v) =\n%+v\nwant (recounted)\n%+v", round, f, groupCounts(got), groupCounts(want))
+			}
+			// Count of dead or canceled items, which a store may take
+			// from the same kept counts, is the items listed.
+			if len(f.States) > 0 {
+				listed := len(h.list(f))
+				for _, limit := range []int{0, 3} {
+					c := f
+					c.Limit = limit
+					want := listed
+					if limit > 0 {
+						want = min(listed, limit)
+					}
+					if n := h.count(c); n != want {
+						h.Errorf("round %d: Count(%+v) = %d, want %d (listed)", round, c, n, want)
+					}
+				}
 			}
 		}
 	}
