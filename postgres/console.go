@@ -311,7 +311,7 @@ func (s *Store) keptCount(ctx context.Context, f redrive.ItemFilter) (int, error
 // either the rows or their sums; rows that triggers add meanwhile are not
 // seen by it and stay. Only one process folds at a time (the others
 // skip); a failure only leaves the rows for the next read. It returns how
-// many rows it deleted, each a dead row until a VACUUM (countsvacuum.go).
+// many rows it deleted, each a dead row until a VACUUM (sidevacuum.go).
 func (s *Store) foldFailures(ctx context.Context) (int64, error) {
 	var n int64
 	err := s.pool.QueryRow(ctx, `WITH l AS (SELECT pg_try_advisory_xact_lock($1, hashtext($2)) AS ok),

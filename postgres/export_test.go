@@ -136,9 +136,13 @@ var errRollback = errors.New("roll back")
 // any, to end.
 func WaitVacuum(ctx context.Context, s *Store) error { return s.waitVacuum(ctx) }
 
-// WaitCountsVacuum waits for the VACUUM of the counts tables that s runs
-// in the background, if any.
-func WaitCountsVacuum(ctx context.Context, s *Store) error { return s.waitCountsVacuum(ctx) }
+// WaitSideVacuum waits for the VACUUMs of the counts tables and the outbox
+// that s runs in the background, if any.
+func WaitSideVacuum(ctx context.Context, s *Store) error { return s.waitSideVacuum(ctx) }
+
+// OutboxVacuumEvery is how many delivered notifications retention deletes
+// between two VACUUMs of the outbox.
+const OutboxVacuumEvery = outboxVacuumEvery
 
 // CountsVacuumEvery is how many Complete calls pass between two VACUUMs of
 // the counts tables.

@@ -327,7 +327,9 @@ func (s *Store) CountNotifications(ctx context.Context, f redrive.NotificationFi
 }
 
 // DeleteDelivered deletes up to limit notifications delivered before
-// before. A delivered row's updated_at is when it was delivered.
+// before. A delivered row's updated_at is when it was delivered. Every
+// 10,000 deleted, the store vacuums the outbox in the background
+// (sidevacuum.go).
 //
 // The batch walks outbox_delivered (migration 0026) in delivery order,
 // planned with retainSettings so that no statistics can make it sort the
@@ -341,6 +343,7 @@ func (s *Store) DeleteDelivered(ctx context.Context, before time.Time, limit int
 	if err != nil {
 		return 0, s.fail("delete delivered notifications", err)
 	}
+	s.outboxDeletedN(n)
 	return n, nil
 }
 

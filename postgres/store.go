@@ -42,9 +42,10 @@ type Options struct {
 	// would walk leave the indexes whether or not the server's autovacuum
 	// runs, or keeps up (docs/engine.md, "PostgreSQL over the long haul").
 	// The store also vacuums its tables of kept counts (failure_counts
-	// and run_counts) after the folds that leave their dead rows.
-	// Default 0: DefaultVacuumAfter. Negative: never, neither table nor
-	// counts; autovacuum alone.
+	// and run_counts) after the folds that leave their dead rows, and
+	// the outbox every 10,000 delivered notifications retention deletes.
+	// Default 0: DefaultVacuumAfter. Negative: never, none of these
+	// tables; autovacuum alone.
 	VacuumAfter int
 }
 
@@ -70,7 +71,7 @@ type Store struct {
 	completes atomic.Uint64   // Complete calls, to fold run_counts now and then
 	retain    retainCursor    // where DeleteSucceeded goes on (retention.go)
 	vacuum    vacuumer        // the store's own VACUUMs (vacuum.go)
-	counts    countsVacuumer  // and of the counts tables (countsvacuum.go)
+	side      sideVacuumer    // and of the counts tables and the outbox (sidevacuum.go)
 	resume    resumePoints    // where claims resume (claimfrom.go)
 	failures  failureCounting // whether bulk actions count failures (failurecounts.go)
 }

@@ -77,7 +77,7 @@ func TestFailureCountsStaySmall(t *testing.T) {
 	}
 	// The read sums 30,000 rows, folds them and starts the VACUUM.
 	check(s, "first read")
-	if err := postgres.WaitCountsVacuum(ctx, s); err != nil {
+	if err := postgres.WaitSideVacuum(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	if n := size(s); n > 4*8192 {
@@ -110,7 +110,7 @@ func TestFailureCountsStaySmall(t *testing.T) {
 		t.Fatal(err)
 	}
 	check(off, "read by a store that runs no VACUUM")
-	if err := postgres.WaitCountsVacuum(ctx, off); err != nil {
+	if err := postgres.WaitSideVacuum(ctx, off); err != nil {
 		t.Fatal(err)
 	}
 	off.Close()
@@ -120,7 +120,7 @@ func TestFailureCountsStaySmall(t *testing.T) {
 	// A new process's first read finds the table large and shrinks it.
 	next := pgtest.OpenStoreAt(t, url, schema)
 	check(next, "first read of a new process")
-	if err := postgres.WaitCountsVacuum(ctx, next); err != nil {
+	if err := postgres.WaitSideVacuum(ctx, next); err != nil {
 		t.Fatal(err)
 	}
 	if n := size(next); n > 4*8192 {
@@ -172,7 +172,7 @@ func TestRunCountsVacuumed(t *testing.T) {
 	// One completion per call: the calls, not the items, are counted.
 	for i, l := range ls {
 		if i == n-1 {
-			if err := postgres.WaitCountsVacuum(ctx, s); err != nil {
+			if err := postgres.WaitSideVacuum(ctx, s); err != nil {
 				t.Fatal(err)
 			}
 			if v := vacuums(); v != start {
@@ -185,7 +185,7 @@ func TestRunCountsVacuumed(t *testing.T) {
 			t.Fatalf("completion %d: applied %v, %v", i, applied, err)
 		}
 	}
-	if err := postgres.WaitCountsVacuum(ctx, s); err != nil {
+	if err := postgres.WaitSideVacuum(ctx, s); err != nil {
 		t.Fatal(err)
 	}
 	if v := vacuums(); v != start+1 {
@@ -197,5 +197,66 @@ func TestRunCountsVacuumed(t *testing.T) {
 	}
 	if r.Counts.Succeeded != n {
 		t.Fatalf("run counts %d succeeded after the VACUUM, want %d", r.Counts.Succeeded, n)
+	}
+}
+
+// Every OutboxVacuumEvery delivered notifications that retention deletes,
+// the store vacuums the outbox, so that the next notifications take the
+// space of the deleted ones instead of growing the table.
+func TestOutboxVacuumed(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := ownDatabase(t)
+	schema := pgtest.CreateSchema(t, url)
+	s := pgtest.OpenStoreAt(t, url, schema)
+	outbox := pgx.Identifier{schema, "outbox"}.Sanitize()
+	exec := func(sql string, args ...any) {
+		t.Helper()
+		if _, err := s.Pool().Exec(ctx, sql, args...); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`ALTER TABLE ` + outbox + ` SET (autovacuum_enabled = false)`)
+	n := postgres.OutboxVacuumEvery
+	delivered := time.Now().Add(-time.Hour)
+	fill := func() int64 {
+		t.Helper()
+		exec(`INSERT INTO `+outbox+` (event, pipeline, run_id, item_id, stage, reason_error, occurred_at, status, next_at, updated_at)
+			SELECT 'item.dead', 'p', 1, g, 'a', repeat('x', 200), $2, 'delivered', $2, $2 FROM generate_series(1, $1) AS g`, n, delivered)
+		var size int64
+		if err := s.Pool().QueryRow(ctx, `SELECT pg_relation_size($1::regclass)`, outbox).Scan(&size); err != nil {
+			t.Fatal(err)
+		}
+		return size
+	}
+	vacuums := func() int64 {
+		t.Helper()
+		if err := postgres.WaitSideVacuum(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		var v int64
+		if err := s.Pool().QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = $1::regclass`, outbox).Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	remove := func(limit int) {
+		t.Helper()
+		if d, err := s.DeleteDelivered(ctx, time.Now(), limit); err != nil || d != limit {
+			t.Fatalf("DeleteDelivered(%d) deleted %d: %v", limit, d, err)
+		}
+	}
+	first := fill()
+	start := vacuums()
+	remove(n - 1)
+	if v := vacuums(); v != start {
+		t.Fatalf("outbox vacuumed %d times after %d deletions, want none before the %dth", v-start, n-1, n)
+	}
+	remove(1)
+	if v := vacuums(); v != start+1 {
+		t.Fatalf("outbox vacuumed %d times after %d deletions, want once", v-start, n)
+	}
+	if second := fill(); second > first+2*8192 {
+		t.Fatalf("outbox grew from %d to %d bytes for as many notifications as it deleted", first, second)
 	}
 }

@@ -1,0 +1,177 @@
+package postgres
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+)
+
+// sideVacuumer keeps the store's side tables small whether or not
+// autovacuum runs: the tables of kept counts and the outbox.
+//
+// failure_counts and run_counts take rows of deltas that a fold later
+// replaces with their sums: the fold deletes every row it sums, so each
+// fold leaves as many dead rows as it read. Without VACUUM their space is
+// never reused, and failure_counts, which every read of error groups scans
+// whole, only grows: a million dead items left 2,000,000 dead rows and 256
+// MB behind one fold, and every dead-letter page by pipeline and stage then
+// spent 35 ms scanning them for its 700 live rows (docs/BENCHMARKS.md).
+//
+// Every notification of the outbox is written three times or more
+// (queued, claimed, settled) and deleted by retention, so it leaves as
+// many dead rows, and dead entries at the head of outbox_due where the
+// next claim starts.
+type sideVacuumer struct {
+	checked       atomic.Bool  // this process measured failure_counts once
+	outboxDeleted atomic.Int64 // notifications deleted since the outbox's last VACUUM began
+
+	// Under the vacuumer's lock (vacuum.go).
+	running bool          // a VACUUM of side tables runs in the background
+	counts  bool          // one of the counts was asked for since it began
+	outbox  bool          // one of the outbox was asked for since it began
+	done    chan struct{} // closed when the running one ends
+}
+
+// outboxVacuumEvery is how many delivered notifications retention deletes
+// between two VACUUMs of the outbox.
+const outboxVacuumEvery = 10_000
+
+// countsVacuumEvery is how many Complete calls pass between two VACUUMs
+// of the counts tables: run_counts takes a row per run and state from
+// every claim and completion, folded every foldEvery completions.
+const countsVacuumEvery = 64 * foldEvery
+
+// countsBloatPages is the size, in pages, from which failure_counts is
+// checked for space its live rows do not need (see compactCounts).
+const countsBloatPages = 128
+
+// vacuumCounts starts a VACUUM of the counts tables in the background
+// (see compactCounts and vacuumSide).
+func (s *Store) vacuumCounts() { s.vacuumSide(true, false) }
+
+// outboxDeletedN notes n notifications deleted by retention and, every
+// outboxVacuumEvery of them, starts a VACUUM of the outbox in the
+// background (see vacuumSide).
+func (s *Store) outboxDeletedN(n int) {
+	if n <= 0 || s.side.outboxDeleted.Add(int64(n)) < outboxVacuumEvery {
+		return
+	}
+	s.side.outboxDeleted.Store(0)
+	s.vacuumSide(false, true)
+}
+
+// vacuumSide starts VACUUMs of the counts tables, of the outbox or both
+// in the background, unless the store runs none (Options.VacuumAfter
+// negative). One asked for while another runs follows it, since the
+// running one may have begun before the rows that the caller left. They
+// run under the store's context, as the VACUUMs of retention do
+// (vacuum.go), one at a time, and Close waits for them.
+func (s *Store) vacuumSide(counts, outbox bool) {
+	if s.opts.VacuumAfter < 0 {
+		return
+	}
+	v, c := &s.vacuum, &s.side
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	if v.ctx.Err() != nil {
+		return
+	}
+	c.counts, c.outbox = c.counts || counts, c.outbox || outbox
+	if c.running {
+		return
+	}
+	c.running = true
+	done := make(chan struct{})
+	c.done = done
+	v.wg.Add(1)
+	go func() {
+		defer v.wg.Done()
+		defer close(done)
+		for {
+			v.mu.Lock()
+			counts, outbox := c.counts, c.outbox
+			if !counts && !outbox || v.ctx.Err() != nil {
+				c.running = false
+				v.mu.Unlock()
+				return
+			}
+			c.counts, c.outbox = false, false
+			v.mu.Unlock()
+			var err error
+			if counts {
+				err = s.compactCounts(v.ctx)
+			}
+			if outbox && err == nil {
+				_, err = s.pool.Exec(v.ctx, `VACUUM (SKIP_LOCKED) `+s.q+`.outbox`)
+			}
+			if err != nil && !errors.Is(v.ctx.Err(), context.Canceled) {
+				v.mu.Lock()
+				v.err = s.fail("vacuum", err)
+				v.mu.Unlock()
+			}
+		}
+	}()
+}
+
+// compactCounts vacuums failure_counts and run_counts. A fold inserts its
+// sums after the rows it deletes, at the table's end, where they keep the
+// VACUUM from truncating the pages it emptied; when failure_counts still
+// holds more than countsBloatPages pages and four times what its rows
+// need, a second fold moves the sums into the space the VACUUM freed at
+// the table's head and a second VACUUM cuts the empty tail.
+func (s *Store) compactCounts(ctx context.Context) error {
+	if _, err := s.pool.Exec(ctx, `VACUUM (SKIP_LOCKED) `+s.q+`.failure_counts, `+s.q+`.run_counts`); err != nil {
+		return err
+	}
+	var pages int32
+	var rows float32
+	// VACUUM has just set relpages and reltuples.
+	if err := s.pool.QueryRow(ctx, `SELECT relpages, reltuples FROM pg_class WHERE oid = $1::regclass`,
+		s.q+".failure_counts").Scan(&pages, &rows); err != nil {
+		return err
+	}
+	// A row of failure_counts takes about 100 bytes: 80 per page.
+	if pages <= countsBloatPages || float32(pages) <= 4*(max(rows, 0)/80+1) {
+		return nil
+	}
+	if _, err := s.foldFailures(ctx); err != nil {
+		return err
+	}
+	_, err := s.pool.Exec(ctx, `VACUUM (SKIP_LOCKED) `+s.q+`.failure_counts`)
+	return err
+}
+
+// checkCounts starts a VACUUM of the counts tables once per process when
+// failure_counts holds more than countsBloatPages pages: a table that
+// grew under a version without these VACUUMs, or while the store ran
+// none, shrinks on its first read of error groups.
+func (s *Store) checkCounts(ctx context.Context) {
+	if s.opts.VacuumAfter < 0 || !s.side.checked.CompareAndSwap(false, true) {
+		return
+	}
+	var size int64
+	if err := s.pool.QueryRow(ctx, `SELECT pg_relation_size($1::regclass)`, s.q+".failure_counts").Scan(&size); err != nil {
+		s.side.checked.Store(false)
+		return
+	}
+	if size > countsBloatPages*8192 {
+		s.vacuumCounts()
+	}
+}
+
+// waitSideVacuum waits for the VACUUMs of side tables running in the
+// background, if any, to end, or for ctx.
+func (s *Store) waitSideVacuum(ctx context.Context) error {
+	s.vacuum.mu.Lock()
+	done := s.side.done
+	s.vacuum.mu.Unlock()
+	if done == nil {
+		return nil
+	}
+	select {
+	case <-done:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
