@@ -149,7 +149,11 @@ func (s *Store) ListItems(ctx context.Context, f redrive.ItemFilter) ([]redrive.
 	if f.Limit == 0 {
 		f.Limit = 100
 	}
-	query, args := listItemsSQL(f)
+	scan, err := s.scansIDs(ctx, f)
+	if err != nil {
+		return nil, fmt.Errorf("sqlite: list items: %w", err)
+	}
+	query, args := listItemsSQL(f, scan)
 	rows, err := s.r.QueryContext(ctx, query, args...)
 	if err != nil {
 		return nil, fmt.Errorf("sqlite: list items: %w", err)
@@ -170,13 +174,49 @@ func (s *Store) ListItems(ctx context.Context, f redrive.ItemFilter) ([]redrive.
 	return items, nil
 }
 
-// listItemsSQL is the query of ListItems(f), f.Limit set.
-func listItemsSQL(f redrive.ItemFilter) (string, []any) {
+// listItemsSQL is the query of ListItems(f), f.Limit set; with scan, it
+// reads items in ID order through no index (see scansIDs).
+func listItemsSQL(f redrive.ItemFilter, scan bool) (string, []any) {
 	if walksRun(f) {
 		return runWalk(f)
 	}
 	where, args := itemWhere(f)
-	return `SELECT ` + itemCols + ` FROM items WHERE ` + where + ` ORDER BY id` + limitClause(f.Limit), args
+	from := ` FROM items`
+	if scan {
+		from += ` NOT INDEXED`
+	}
+	return `SELECT ` + itemCols + from + ` WHERE ` + where + ` ORDER BY id` + limitClause(f.Limit), args
+}
+
+// scansIDs reports whether a page of f, dead or canceled items filtered
+// by pipeline, stage, class or fingerprint (and by no run: walksRun),
+// costs less read in ID order, skipping the items it does not select,
+// than through items_cause or items_dlq and sorted. SQLite chose the
+// index whatever the share of the table the filter holds: it read all
+// 318,000 dead items of a pipeline's stage and sorted them for a page of
+// 50, 100 ms at a million dead items, where the walk in ID order meets
+// its 50 within the first 160 items. For a rare filter the index is
+// right. The counts the store keeps (failure_counts) say how many items m
+// the filter holds, the IDs' range how many items n the table holds at
+// most; a page of l then costs about l·n/m items in ID order and m through
+// the index.
+func (s *Store) scansIDs(ctx context.Context, f redrive.ItemFilter) (bool, error) {
+	if walksRun(f) || len(f.States) == 0 || !keptcounts.Groups(f) ||
+		f.Pipeline == "" && f.Stage == "" && f.Class == "" && f.Fingerprint == "" {
+		return false, nil
+	}
+	all := f
+	all.AfterID, all.Limit = 0, 0
+	m, err := s.keptCount(ctx, all)
+	if err != nil || m == 0 {
+		return false, err
+	}
+	var n int64
+	// Each of max and min is one step of the rowid's B-tree.
+	if err := s.r.QueryRowContext(ctx, `SELECT COALESCE((SELECT max(id) FROM items) - (SELECT min(id) FROM items) + 1, 0)`).Scan(&n); err != nil {
+		return false, err
+	}
+	return int64(m)*int64(m) > int64(f.Limit)*n, nil
 }
 
 // walksRun reports whether ListItems reads f by walking the run's items in

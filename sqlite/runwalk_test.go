@@ -18,7 +18,7 @@ func TestListItemsByRunWalksIndex(t *testing.T) {
 		{RunID: 1, States: []redrive.State{redrive.StateSucceeded}, AfterID: 9800, Limit: 200},
 		{RunID: 1, States: []redrive.State{redrive.StateDead, redrive.StateCanceled, redrive.StateDead}, Stage: "a", Limit: 50},
 	} {
-		q, args := listItemsSQL(f)
+		q, args := listItemsSQL(f, false)
 		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+q, args...)
 		if err != nil {
 			t.Fatal(err)
