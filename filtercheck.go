@@ -63,11 +63,11 @@ func CheckFilter(ctx context.Context, s Store, f ItemFilter) error {
 			return badFilter("pipeline", "run %d is a run of pipeline %q, not %q", run.ID, run.Pipeline, f.Pipeline)
 		}
 	} else if f.Pipeline != "" {
-		runs, err := s.ListRuns(ctx, RunFilter{Pipeline: f.Pipeline, Limit: 1})
+		exists, err := pipelineExists(ctx, s, f.Pipeline)
 		if err != nil {
 			return fmt.Errorf("redrive: check pipeline: %w", err)
 		}
-		if len(runs) == 0 {
+		if !exists {
 			return badFilter("pipeline", "unknown pipeline %q: no run of it exists", f.Pipeline)
 		}
 	}
@@ -169,4 +169,19 @@ func checkStage(ctx context.Context, s Store, scope ItemFilter, stage string) er
 		return badFilter("stage", "unknown stage %q: no item is at any stage", stage)
 	}
 	return badFilter("stage", "unknown stage %q: it is not the stage of %s (stages with items: %s)", stage, where, strings.Join(stages, ", "))
+}
+
+// pipelineChecker is implemented by stores that tell whether a pipeline
+// has runs without counting a run's items (the SQLite store).
+type pipelineChecker interface {
+	PipelineExists(ctx context.Context, pipeline string) (bool, error)
+}
+
+// pipelineExists reports whether s holds a run of pipeline.
+func pipelineExists(ctx context.Context, s Store, pipeline string) (bool, error) {
+	if pc, ok := s.(pipelineChecker); ok {
+		return pc.PipelineExists(ctx, pipeline)
+	}
+	runs, err := s.ListRuns(ctx, RunFilter{Pipeline: pipeline, Limit: 1})
+	return len(runs) > 0, err
 }

@@ -23,3 +23,16 @@ func (s *Store) GetRunStatus(ctx context.Context, id int64) (redrive.Run, error)
 	}
 	return r, nil
 }
+
+// PipelineExists reports whether any run of pipeline exists, without
+// counting any run's items, as ListRuns does for each run it lists: the
+// check of a filter by pipeline (redrive.CheckFilter) cost every page of
+// the dead-letter queue filtered by pipeline 7 – 10 ms at a million dead
+// items for the newest run's counts.
+func (s *Store) PipelineExists(ctx context.Context, pipeline string) (bool, error) {
+	var ok bool
+	if err := s.r.QueryRowContext(ctx, `SELECT EXISTS (SELECT 1 FROM runs WHERE pipeline = ?)`, pipeline).Scan(&ok); err != nil {
+		return false, fmt.Errorf("sqlite: pipeline exists: %w", err)
+	}
+	return ok, nil
+}
