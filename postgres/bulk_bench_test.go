@@ -9,6 +9,8 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/redrive/redrive"
+	"github.com/redrive/redrive/internal/pgtest"
+	"github.com/redrive/redrive/postgres"
 )
 
 // BenchmarkBulkActionsAfterEmptiedVacuum times each operator's bulk action
@@ -164,5 +166,71 @@ func BenchmarkDeleteDeliveredAfterEmptiedVacuum(b *testing.B) {
 				b.ReportMetric(float64(total.Microseconds())/1000/float64(batches), "ms/batch")
 			})
 		}
+	}
+}
+
+// BenchmarkDeleteSucceededRetried times a retention batch (DeleteSucceeded)
+// of 20,000 succeeded items that each failed once before, whose failed
+// attempts leave their failure groups with the items: on the migrated
+// schema one failure_counts row per group ("grouped"), and with the
+// schema's record of migration 0027 removed, as a process running ahead of
+// its schema sees it, by the triggers, one call and one row per failed
+// attempt ("triggers"); ms per batch.
+//
+//	REDRIVE_TEST_POSTGRES=… go test ./postgres -run '^$' -bench DeleteSucceededRetried -benchtime 3x
+func BenchmarkDeleteSucceededRetried(b *testing.B) {
+	ctx := context.Background()
+	const n = 20000
+	for _, v := range []string{"grouped", "triggers"} {
+		b.Run(v, func(b *testing.B) {
+			var total time.Duration
+			for range b.N {
+				url, schema := pgtest.NewSchema(b)
+				s := pgtest.OpenStoreAt(b, url, schema)
+				run := mustRun(b, s, "p")
+				in := make([]redrive.NewItem, n)
+				for i := range in {
+					in[i].Payload = []byte(`{}`)
+				}
+				enqueue(b, s, run, in...)
+				for _, state := range []redrive.State{redrive.StatePending, redrive.StateSucceeded} {
+					for left := n; left > 0; {
+						ls := claim(b, s, "p", 2000, t0)
+						cs := make([]redrive.Completion, len(ls))
+						for i, l := range ls {
+							cs[i] = done(l, state, t0)
+							if state == redrive.StatePending {
+								cs[i].Record.Outcome, cs[i].Record.Class = redrive.OutcomeRetry, "timeout"
+								cs[i].Record.Error = fmt.Sprintf("read tcp: i/o timeout after %d ms", i)
+							}
+						}
+						if _, err := s.Complete(ctx, cs); err != nil {
+							b.Fatal(err)
+						}
+						left -= len(ls)
+					}
+				}
+				if v == "triggers" {
+					if _, err := s.Pool().Exec(ctx, `DELETE FROM `+pgx.Identifier{schema, "schema_migrations"}.Sanitize()+` WHERE version = 27`); err != nil {
+						b.Fatal(err)
+					}
+					var err error
+					if s, err = postgres.Open(ctx, url, postgres.Options{Schema: schema}); err != nil {
+						b.Fatal(err)
+					}
+				}
+				start := time.Now()
+				got, err := s.DeleteSucceeded(ctx, t0.Add(time.Hour), n)
+				if err != nil || got != n {
+					b.Fatalf("DeleteSucceeded: %d, %v; want %d", got, err, n)
+				}
+				total += time.Since(start)
+				if v == "triggers" {
+					s.Close()
+				}
+			}
+			b.ReportMetric(float64(total.Microseconds())/1000/float64(b.N), "batch-ms")
+			b.ReportMetric(0, "ns/op")
+		})
 	}
 }

@@ -157,7 +157,7 @@ func RetentionPlan(ctx context.Context, s *Store, before time.Time, limit int) (
 			return err
 		}
 		var err error
-		plan, err = explainLines(ctx, tx, `EXPLAIN `+s.deleteSucceededSQL(), before, time.Time{}, int64(limit))
+		plan, err = explainLines(ctx, tx, `EXPLAIN `+s.deleteSucceededSQL(true), before, time.Time{}, int64(limit))
 		return err
 	})
 	return plan, err
@@ -258,7 +258,7 @@ func LockingWritePlans(ctx context.Context, s *Store, now time.Time, expired red
 	}{
 		{"promote", claimSettings, s.promoteSQL(), []any{now, promoteBatch(2000)}},
 		{"claim expired", "", claimExpired, a},
-		{"delete succeeded", retainSettings, s.deleteSucceededSQL(), []any{before, time.Time{}, int64(2000)}},
+		{"delete succeeded", retainSettings, s.deleteSucceededSQL(true), []any{before, time.Time{}, int64(2000)}},
 	} {
 		if err := explainAnalyzed(ctx, s, plans, st.name, st.settings, st.sql, st.args...); err != nil && !errors.Is(err, errRollback) {
 			return nil, err

@@ -17,8 +17,8 @@ import (
 )
 
 // Purge, Redrive, RedriveFrom, CancelPending and the retention of
-// finished runs count what they add to or remove from failure_counts one
-// row per group (migration 0027), and the counts stay those of the items
+// finished runs and of succeeded items count what they add to or remove
+// from failure_counts one row per group (migration 0027), and the counts stay those of the items
 // and attempts after every kind of each. A process whose schema
 // lacks 0027 leaves the counting to the triggers, without counting twice.
 func TestBulkActionsCountFailuresByGroup(t *testing.T) {
@@ -172,6 +172,17 @@ func testBulkFailureCounts(t *testing.T, ahead bool) {
 		}, 3, false},
 		{"redrive all of q", func() (int, error) {
 			return s.Redrive(ctx, redrive.ItemFilter{Pipeline: "q", States: both}, t0, 0)
+		}, 317 + 80, false},
+		{"retention of q's items, succeeded after their failures", func() (int, error) {
+			ls := claim(t, s, "q", 400, t0)
+			cs := make([]redrive.Completion, len(ls))
+			for i, l := range ls {
+				cs[i] = done(l, redrive.StateSucceeded, t0)
+			}
+			if _, err := s.Complete(ctx, cs); err != nil {
+				return 0, err
+			}
+			return s.DeleteSucceeded(ctx, t0.Add(time.Hour), 0)
 		}, 317 + 80, false},
 		{"retention of p's finished run", func() (int, error) {
 			if _, err := s.Pool().Exec(ctx, `UPDATE `+q+`.runs SET status = 'failed', finished_at = $1 WHERE pipeline = 'p'`, t0); err != nil {

@@ -32,6 +32,10 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 		l := int64(limit)
 		lim = &l
 	}
+	counted, err := s.countsFailures(ctx)
+	if err != nil {
+		return 0, s.fail("delete succeeded", err)
+	}
 	from := s.retain.get()
 	// Rows another process is deleting are skipped, not waited for.
 	// The runs keep counting what retention deletes (migration 0016): the
@@ -41,7 +45,7 @@ func (s *Store) DeleteSucceeded(ctx context.Context, before time.Time, limit int
 	// (retainSettings): the only plans left walk the indexes.
 	b := &pgx.Batch{}
 	b.Queue(retainSettings)
-	b.Queue(s.deleteSucceededSQL(), before, from, lim)
+	b.Queue(s.deleteSucceededSQL(counted), before, from, lim)
 	br := s.pool.SendBatch(ctx, b)
 	defer br.Close()
 	var n int64
@@ -97,12 +101,23 @@ const retainSettings = claimSettings + `, set_config('enable_seqscan', 'off', tr
 // (TestLockingWritesAfterEmptiedVacuum), a batch that cost what retention
 // had not yet deleted. The DELETE repeats none of the walk's conditions
 // (see promoteSQL).
-func (s *Store) deleteSucceededSQL() string {
+//
+// With counted (see countsFailures), the failed attempts of the items
+// (those retried before they succeeded) leave their failure groups one
+// row per group, and attempts_failure_delete skips them: one trigger call
+// and one failure_counts row per failed attempt before.
+func (s *Store) deleteSucceededSQL(counted bool) string {
+	attempts, rest := ``, ``
+	if counted {
+		attempts = ` AND ` + failuresCounted + ` RETURNING pipeline, stage, class, fingerprint, run_id`
+		rest = `,
+	` + s.attemptFailuresGone("da")
+	}
 	return `WITH d AS (DELETE FROM ` + s.q + `.items WHERE ` + countsUnchanged + ` AND ctid = ANY(ARRAY(
 		SELECT ctid FROM ` + s.q + `.items WHERE state = 'succeeded' AND updated_at < $1 AND updated_at >= $2
 		ORDER BY updated_at LIMIT $3 FOR UPDATE SKIP LOCKED)) RETURNING id, updated_at),
-	da AS (DELETE FROM ` + s.q + `.attempts WHERE item_id = ANY(ARRAY(SELECT id FROM d))),
-	dm AS (DELETE FROM ` + s.q + `.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d)))
+	da AS (DELETE FROM ` + s.q + `.attempts WHERE item_id = ANY(ARRAY(SELECT id FROM d))` + attempts + `),
+	dm AS (DELETE FROM ` + s.q + `.action_items WHERE item_id = ANY(ARRAY(SELECT id FROM d)))` + rest + `
 	SELECT count(*), max(updated_at) FROM d`
 }
 
