@@ -97,14 +97,17 @@ func (s *Store) vacuumSide(counts, outbox bool) {
 			}
 			c.counts, c.outbox = false, false
 			v.mu.Unlock()
-			var err error
+			// Each table's VACUUM runs whether or not the other's failed;
+			// a failure is kept for retention to log (vacuumDeleted).
+			var errs []error
 			if counts {
-				err = s.compactCounts(v.ctx)
+				errs = append(errs, s.compactCounts(v.ctx))
 			}
-			if outbox && err == nil {
-				_, err = s.pool.Exec(v.ctx, `VACUUM (SKIP_LOCKED) `+s.q+`.outbox`)
+			if outbox {
+				_, err := s.pool.Exec(v.ctx, `VACUUM (SKIP_LOCKED) `+s.q+`.outbox`)
+				errs = append(errs, err)
 			}
-			if err != nil && !errors.Is(v.ctx.Err(), context.Canceled) {
+			if err := errors.Join(errs...); err != nil && !errors.Is(v.ctx.Err(), context.Canceled) {
 				v.mu.Lock()
 				v.err = s.fail("vacuum", err)
 				v.mu.Unlock()
