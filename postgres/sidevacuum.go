@@ -168,13 +168,5 @@ func (s *Store) waitSideVacuum(ctx context.Context) error {
 	s.vacuum.mu.Lock()
 	done := s.side.done
 	s.vacuum.mu.Unlock()
-	if done == nil {
-		return nil
-	}
-	select {
-	case <-done:
-		return nil
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return waitClosed(ctx, done)
 }

@@ -94,6 +94,12 @@ func (s *Store) waitVacuum(ctx context.Context) error {
 	s.vacuum.mu.Lock()
 	done := s.vacuum.running
 	s.vacuum.mu.Unlock()
+	return waitClosed(ctx, done)
+}
+
+// waitClosed waits for done to be closed, or for ctx; a nil done is
+// nothing to wait for.
+func waitClosed(ctx context.Context, done <-chan struct{}) error {
 	if done == nil {
 		return nil
 	}

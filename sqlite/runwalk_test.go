@@ -19,21 +19,7 @@ func TestListItemsByRunWalksIndex(t *testing.T) {
 		{RunID: 1, States: []redrive.State{redrive.StateDead, redrive.StateCanceled, redrive.StateDead}, Stage: "a", Limit: 50},
 	} {
 		q, args := listItemsSQL(f, false)
-		rows, err := s.r.Query(`EXPLAIN QUERY PLAN `+q, args...)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var plan []string
-		for rows.Next() {
-			var id, parent, notused int
-			var detail string
-			if err := rows.Scan(&id, &parent, &notused, &detail); err != nil {
-				t.Fatal(err)
-			}
-			plan = append(plan, detail)
-		}
-		rows.Close()
-		joined := strings.Join(plan, "; ")
+		joined := queryPlan(t, s, q, args)
 		if !strings.Contains(joined, "items_run_state (run_id=? AND state=? AND rowid>?)") || strings.Contains(joined, "TEMP B-TREE") {
 			t.Errorf("ListItems %+v plan: %s; want walks of items_run_state and no sort", f, joined)
 		}
