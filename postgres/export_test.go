@@ -140,6 +140,10 @@ func WaitVacuum(ctx context.Context, s *Store) error { return s.waitVacuum(ctx) 
 // that s runs in the background, if any.
 func WaitSideVacuum(ctx context.Context, s *Store) error { return s.waitSideVacuum(ctx) }
 
+// VacuumSide asks s for another pass of its VACUUMs of the counts tables,
+// of the outbox or both, as a fold or retention does.
+func VacuumSide(s *Store, counts, outbox bool) { s.vacuumSide(counts, outbox) }
+
 // OutboxVacuumEvery is how many delivered notifications retention deletes
 // between two VACUUMs of the outbox.
 const OutboxVacuumEvery = outboxVacuumEvery
