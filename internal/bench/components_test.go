@@ -174,17 +174,7 @@ func auditedComponents(b *testing.B, store redrive.Store, schema string) {
 // each, and reports the CPU time of claims and of completions per item.
 func componentsRun(b *testing.B, store redrive.Store, schema string, batch int) {
 	ctx := context.Background()
-	run, _, err := store.CreateRun(ctx, "p", redrive.RunOptions{}, time.Now())
-	if err != nil {
-		b.Fatal(err)
-	}
-	in := make([]redrive.NewItem, componentsItems)
-	for i := range in {
-		in[i].Payload = []byte(`{}`)
-	}
-	if _, err := store.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "p", Stage: "a", Items: in, Now: time.Now()}); err != nil {
-		b.Fatal(err)
-	}
+	componentsFill(b, store)
 	var claimSelf, claimServer, doneSelf, doneServer time.Duration
 	b.ResetTimer()
 	for left := componentsItems; left > 0; {
@@ -202,9 +192,8 @@ func componentsRun(b *testing.B, store redrive.Store, schema string, batch int) 
 		}
 		cs := make([]redrive.Completion, len(ls))
 		for i, l := range ls {
-			cs[i] = redrive.Completion{ItemID: l.Item.ID, Token: l.Token, State: redrive.StateSucceeded, Stage: "a", Attempt: 1,
-				Now: now, Payload: l.Item.Payload,
-				Record: redrive.Attempt{Stage: "a", Number: 1, Outcome: redrive.OutcomeSucceeded, StartedAt: now, FinishedAt: now}}
+			cs[i] = componentsSuccess(l.Item.ID, l.Token, now)
+			cs[i].Payload = l.Item.Payload
 		}
 		m = startCPU(ctx, store, schema)
 		applied, err := store.Complete(ctx, cs)
@@ -228,4 +217,28 @@ func componentsRun(b *testing.B, store redrive.Store, schema string, batch int) 
 		b.ReportMetric(perItem(doneServer, componentsItems), "complete-server-µs/item")
 	}
 	b.ReportMetric(0, "ns/op")
+}
+
+// componentsFill enqueues componentsItems items of pipeline "p", stage
+// "a", into a new run of store.
+func componentsFill(b *testing.B, store redrive.Store) {
+	ctx := context.Background()
+	run, _, err := store.CreateRun(ctx, "p", redrive.RunOptions{}, time.Now())
+	if err != nil {
+		b.Fatal(err)
+	}
+	in := make([]redrive.NewItem, componentsItems)
+	for i := range in {
+		in[i].Payload = []byte(`{}`)
+	}
+	if _, err := store.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "p", Stage: "a", Items: in, Now: time.Now()}); err != nil {
+		b.Fatal(err)
+	}
+}
+
+// componentsSuccess is the completion of a succeeded first attempt at
+// stage "a" of the item leased with token, at now.
+func componentsSuccess(id, token int64, now time.Time) redrive.Completion {
+	return redrive.Completion{ItemID: id, Token: token, State: redrive.StateSucceeded, Stage: "a", Attempt: 1, Now: now,
+		Record: redrive.Attempt{Stage: "a", Number: 1, Outcome: redrive.OutcomeSucceeded, StartedAt: now, FinishedAt: now}}
 }

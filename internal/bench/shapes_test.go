@@ -50,17 +50,7 @@ func BenchmarkPostgresShapes(b *testing.B) {
 func shapesRun(b *testing.B, s *postgres.Store, schema, claimShape, completeShape string) {
 	ctx := context.Background()
 	const batch = 2000
-	run, _, err := s.CreateRun(ctx, "p", redrive.RunOptions{}, time.Now())
-	if err != nil {
-		b.Fatal(err)
-	}
-	in := make([]redrive.NewItem, componentsItems)
-	for i := range in {
-		in[i].Payload = []byte(`{}`)
-	}
-	if _, err := s.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "p", Stage: "a", Items: in, Now: time.Now()}); err != nil {
-		b.Fatal(err)
-	}
+	componentsFill(b, s)
 	q := pgx.Identifier{schema}.Sanitize()
 	// The bare claim returns what the audited loop's does, or every
 	// column of the row (the store's claim returns 29 of its 32).
@@ -123,8 +113,7 @@ func shapesRun(b *testing.B, s *postgres.Store, schema, claimShape, completeShap
 		if completeShape == "store" {
 			cs := make([]redrive.Completion, len(ids))
 			for i := range ids {
-				cs[i] = redrive.Completion{ItemID: ids[i], Token: tokens[i], State: redrive.StateSucceeded, Stage: "a", Attempt: 1,
-					Now: now, Record: redrive.Attempt{Stage: "a", Number: 1, Outcome: redrive.OutcomeSucceeded, StartedAt: now, FinishedAt: now}}
+				cs[i] = componentsSuccess(ids[i], tokens[i], now)
 			}
 			applied, err := s.Complete(ctx, cs)
 			if err != nil {
