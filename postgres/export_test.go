@@ -351,3 +351,8 @@ func DeleteDeliveredPlan(ctx context.Context, s *Store, before time.Time, limit 
 	}
 	return plans["delete delivered"], nil
 }
+
+// SetCountsRecheck sets how long after a read of error groups measured
+// failure_counts the next read of s measures it again (countsRecheck by
+// default).
+func SetCountsRecheck(s *Store, d time.Duration) { s.side.recheck = d }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"sync/atomic"
+	"time"
 )
 
 // sideVacuumer keeps the store's side tables small whether or not
@@ -22,8 +23,9 @@ import (
 // many dead rows, and dead entries at the head of outbox_due where the
 // next claim starts.
 type sideVacuumer struct {
-	checked       atomic.Bool  // this process measured failure_counts once
-	outboxDeleted atomic.Int64 // notifications deleted since the outbox's last VACUUM began
+	checkedAt     atomic.Int64  // when a read last measured failure_counts, Unix nanoseconds; 0: never
+	recheck       time.Duration // how long before a read measures it again; 0: countsRecheck
+	outboxDeleted atomic.Int64  // notifications deleted since the outbox's last VACUUM began
 
 	// Under the vacuumer's lock (vacuum.go).
 	running bool          // a VACUUM of side tables runs in the background
@@ -44,6 +46,10 @@ const countsVacuumEvery = 64 * foldEvery
 // countsBloatPages is the size, in pages, from which failure_counts is
 // checked for space its live rows do not need (see compactCounts).
 const countsBloatPages = 128
+
+// countsRecheck is how long after a read of error groups measured
+// failure_counts the next read measures it again (see checkCounts).
+const countsRecheck = time.Minute
 
 // vacuumCounts starts a VACUUM of the counts tables in the background
 // (see compactCounts and vacuumSide).
@@ -144,20 +150,40 @@ func (s *Store) compactCounts(ctx context.Context) error {
 	return err
 }
 
-// checkCounts starts a VACUUM of the counts tables once per process when
-// failure_counts holds more than countsBloatPages pages: a table that
-// grew under a version without these VACUUMs, or while the store ran
-// none, shrinks on its first read of error groups.
+// checkCounts starts a VACUUM of the counts tables when failure_counts
+// holds more than countsBloatPages pages and four times what its rows need
+// (compactCounts's measure): a table that grew under a version without
+// these VACUUMs, or while the store ran none, shrinks on a read of error
+// groups. A read measures the table at most once every countsRecheck, and
+// again after that, because a VACUUM cuts the table's empty tail only if
+// it gets the table's exclusive lock at once, which reads that follow each
+// other without a pause deny it; a process that only reads (a console
+// after a burst of failures, which leaves no deltas for a fold to fold and
+// so starts no VACUUM) would otherwise keep the large table, and every
+// read would scan it.
 func (s *Store) checkCounts(ctx context.Context) {
-	if s.opts.VacuumAfter < 0 || !s.side.checked.CompareAndSwap(false, true) {
+	if s.opts.VacuumAfter < 0 {
 		return
 	}
-	var size int64
-	if err := s.pool.QueryRow(ctx, `SELECT pg_relation_size($1::regclass)`, s.q+".failure_counts").Scan(&size); err != nil {
-		s.side.checked.Store(false)
+	c := &s.side
+	now := time.Now().UnixNano()
+	last := c.checkedAt.Load()
+	every := c.recheck
+	if every == 0 {
+		every = countsRecheck
+	}
+	if last != 0 && now-last < int64(every) || !c.checkedAt.CompareAndSwap(last, now) {
 		return
 	}
-	if size > countsBloatPages*8192 {
+	var pages int64
+	var rows float32
+	if err := s.pool.QueryRow(ctx, `SELECT pg_relation_size(c.oid) / 8192, c.reltuples FROM pg_class c WHERE c.oid = $1::regclass`,
+		s.q+".failure_counts").Scan(&pages, &rows); err != nil {
+		c.checkedAt.CompareAndSwap(now, last)
+		return
+	}
+	// reltuples is -1 until the table's first VACUUM or ANALYZE.
+	if pages > countsBloatPages && float32(pages) > 4*(max(rows, 0)/80+1) {
 		s.vacuumCounts()
 	}
 }

@@ -162,6 +162,131 @@ func TestFailureCountsStaySmall(t *testing.T) {
 	check(next, "after the new process's VACUUM")
 }
 
+// A VACUUM cuts failure_counts's empty tail only if it gets the table's
+// exclusive lock at once. When a reader holds the table as the store's
+// VACUUM after a fold ends, the table keeps its size; a process that goes
+// on reading, with no new failures to fold, measures the table again
+// countsRecheck after the last time and vacuums it then.
+func TestFailureCountsShrinkAfterATruncationDenied(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	url := ownDatabase(t)
+	schema := pgtest.CreateSchema(t, url)
+	s := pgtest.OpenStoreAt(t, url, schema)
+	postgres.SetCountsRecheck(s, time.Hour)
+	q := pgx.Identifier{schema}.Sanitize()
+	exec := func(sql string) {
+		t.Helper()
+		if _, err := s.Pool().Exec(ctx, strings.ReplaceAll(sql, "{schema}", q)); err != nil {
+			t.Fatalf("%s: %v", sql, err)
+		}
+	}
+	exec(`ALTER TABLE {schema}.failure_counts SET (autovacuum_enabled = false)`)
+	size := func() int64 {
+		t.Helper()
+		var n int64
+		if err := s.Pool().QueryRow(ctx, `SELECT pg_relation_size($1::regclass)`, q+".failure_counts").Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	vacuums := func() int64 {
+		t.Helper()
+		var v int64
+		if err := s.Pool().QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+			q+".failure_counts").Scan(&v); err != nil {
+			t.Fatal(err)
+		}
+		return v
+	}
+	const dead, causes = 30000, 7
+	filter := redrive.ItemFilter{States: []redrive.State{redrive.StateDead}}
+	read := func(when string) {
+		t.Helper()
+		groups, err := s.FailureGroups(ctx, filter)
+		if err != nil {
+			t.Fatal(err)
+		}
+		total := 0
+		for _, g := range groups {
+			total += g.Dead
+		}
+		if len(groups) != causes || total != dead {
+			t.Fatalf("%s: %d groups holding %d dead items, want %d holding %d", when, len(groups), total, causes, dead)
+		}
+		if err := postgres.WaitSideVacuum(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	run, _, err := s.CreateRun(ctx, "p", redrive.RunOptions{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The process measures the empty table on its first read.
+	if _, err := s.FailureGroups(ctx, filter); err != nil {
+		t.Fatal(err)
+	}
+	in := make([]redrive.NewItem, dead)
+	for i := range in {
+		in[i] = redrive.NewItem{Payload: []byte(`{}`), Invalid: fmt.Sprintf("bad field %c", 'a'+i%causes)}
+	}
+	if _, err := s.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "p", Stage: "a", Items: in, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	if n := size(); n < 2<<20 {
+		t.Fatalf("failure_counts holds %d bytes before its fold, want its 30,000 rows (over 2 MB)", n)
+	}
+
+	// A reader holds the table while the read's fold and VACUUMs run.
+	reader, err := pgx.Connect(ctx, url)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer reader.Close(ctx)
+	tx, err := reader.Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := tx.Exec(ctx, `LOCK TABLE `+q+`.failure_counts IN ACCESS SHARE MODE`); err != nil {
+		t.Fatal(err)
+	}
+	since := vacuums()
+	read("read while another holds the table")
+	if vacuums() == since {
+		t.Fatal("the read's fold started no VACUUM of failure_counts")
+	}
+	held := size()
+	if held < 2<<20 {
+		t.Fatalf("failure_counts shrank to %d bytes while another transaction held it: this test needs a truncation that is denied", held)
+	}
+	if err := tx.Rollback(ctx); err != nil {
+		t.Fatal(err)
+	}
+
+	// Within countsRecheck of its last measure a read leaves the table be:
+	// no deltas to fold, no VACUUM.
+	since = vacuums()
+	read("read within an hour")
+	if v := vacuums(); v != since || size() != held {
+		t.Fatalf("a read within countsRecheck ran %d VACUUMs, table %d bytes (was %d), want none and the same size", v-since, size(), held)
+	}
+
+	// Past it, a read measures the table again and vacuums it. A VACUUM
+	// keeps the rows that any transaction of the database may still see,
+	// so the reads go on until the table is small, for up to 30 s.
+	postgres.SetCountsRecheck(s, time.Nanosecond)
+	deadline := time.Now().Add(30 * time.Second)
+	for size() > 4*8192 {
+		if time.Now().After(deadline) {
+			t.Fatalf("failure_counts still holds %d bytes after 30 s of reads past countsRecheck (%d vacuums), want a few pages", size(), vacuums()-since)
+		}
+		read("read past countsRecheck")
+	}
+	if vacuums() == since {
+		t.Fatal("failure_counts shrank without a VACUUM")
+	}
+}
+
 // Every countsVacuumEvery completions the store vacuums run_counts, whose
 // folds delete rows as failure_counts's do.
 func TestRunCountsVacuumed(t *testing.T) {
