@@ -151,16 +151,17 @@ func (s *Store) compactCounts(ctx context.Context) error {
 }
 
 // checkCounts starts a VACUUM of the counts tables when failure_counts
-// holds more than countsBloatPages pages and four times what its rows need
-// (compactCounts's measure): a table that grew under a version without
-// these VACUUMs, or while the store ran none, shrinks on a read of error
-// groups. A read measures the table at most once every countsRecheck, and
-// again after that, because a VACUUM cuts the table's empty tail only if
-// it gets the table's exclusive lock at once, which reads that follow each
-// other without a pause deny it; a process that only reads (a console
-// after a burst of failures, which leaves no deltas for a fold to fold and
-// so starts no VACUUM) would otherwise keep the large table, and every
-// read would scan it.
+// holds more than countsBloatPages pages: a table that grew under a
+// version without these VACUUMs, or while the store ran none, shrinks on
+// a read of error groups. A read measures the table at most once every
+// countsRecheck, and again after that, because a VACUUM cuts the table's
+// empty tail only if it gets the table's exclusive lock at once, which
+// reads that follow each other without a pause deny it; a process that
+// only reads (a console after a burst of failures, which leaves no deltas
+// for a fold to fold and so starts no VACUUM) would otherwise keep the
+// large table, and every read would scan it. A table that its live rows
+// fill gets one VACUUM a minute while it is read, which finds nothing to
+// do.
 func (s *Store) checkCounts(ctx context.Context) {
 	if s.opts.VacuumAfter < 0 {
 		return
@@ -175,15 +176,15 @@ func (s *Store) checkCounts(ctx context.Context) {
 	if last != 0 && now-last < int64(every) || !c.checkedAt.CompareAndSwap(last, now) {
 		return
 	}
-	var pages int64
-	var rows float32
-	if err := s.pool.QueryRow(ctx, `SELECT pg_relation_size(c.oid) / 8192, c.reltuples FROM pg_class c WHERE c.oid = $1::regclass`,
-		s.q+".failure_counts").Scan(&pages, &rows); err != nil {
+	var size int64
+	if err := s.pool.QueryRow(ctx, `SELECT pg_relation_size($1::regclass)`, s.q+".failure_counts").Scan(&size); err != nil {
 		c.checkedAt.CompareAndSwap(now, last)
 		return
 	}
-	// reltuples is -1 until the table's first VACUUM or ANALYZE.
-	if pages > countsBloatPages && float32(pages) > 4*(max(rows, 0)/80+1) {
+	// The size alone: reltuples can be as old as the last VACUUM, which
+	// may have found a million live deltas that a fold has deleted since.
+	// compactCounts measures the rows once its VACUUM has counted them.
+	if size > countsBloatPages*8192 {
 		s.vacuumCounts()
 	}
 }
