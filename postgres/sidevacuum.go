@@ -155,8 +155,9 @@ func (s *Store) compactCounts(ctx context.Context) error {
 // version without these VACUUMs, or while the store ran none, shrinks on
 // a read of error groups. A read measures the table at most once every
 // countsRecheck, and again after that, because a VACUUM cuts the table's
-// empty tail only if it gets the table's exclusive lock at once, which
-// reads that follow each other without a pause deny it; a process that
+// empty tail only if it gets the table's exclusive lock, which it tries
+// for a few seconds and which reads that follow each other without a
+// pause deny it; a process that
 // only reads (a console after a burst of failures, which leaves no deltas
 // for a fold to fold and so starts no VACUUM) would otherwise keep the
 // large table, and every read would scan it. A table that its live rows
