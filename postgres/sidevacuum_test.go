@@ -163,10 +163,11 @@ func TestFailureCountsStaySmall(t *testing.T) {
 }
 
 // A VACUUM cuts failure_counts's empty tail only if it gets the table's
-// exclusive lock, which it tries for a few seconds. When a reader holds the table as the store's
-// VACUUM after a fold ends, the table keeps its size; a process that goes
-// on reading, with no new failures to fold, measures the table again
-// countsRecheck after the last time and vacuums it then.
+// exclusive lock, which it tries for a few seconds. When a reader holds
+// the table as the store's VACUUM after a fold ends, the table keeps its
+// size; a process that goes on reading, with no new failures to fold,
+// measures the table again countsRecheck after the last time and vacuums
+// it then.
 func TestFailureCountsShrinkAfterATruncationDenied(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
