@@ -14,6 +14,98 @@ import (
 	"github.com/redrive/redrive/postgres"
 )
 
+// deadItems items dead on arrival in deadCauses groups fill failure_counts
+// with a row each (its insert trigger's), over 2 MB.
+const deadItems, deadCauses = 30000, 7
+
+// deadCounts is a store whose failure_counts the tests of its VACUUMs
+// watch: in a database of its own, since a VACUUM removes no row that a
+// transaction of the same database may still see and other tests'
+// transactions in a shared one would keep the fold's rows; and with the
+// table's autovacuum off, as on a server that runs none, whatever this
+// one does.
+type deadCounts struct {
+	t           *testing.T
+	url, schema string
+	q           string // the quoted schema
+	s           *postgres.Store
+	run         int64
+}
+
+// newDeadCounts opens the store and reads its error groups once, while
+// failure_counts is empty: the process has measured the table, so that a
+// VACUUM after fill can only come from a fold or a later measure.
+func newDeadCounts(t *testing.T) *deadCounts {
+	t.Helper()
+	ctx := context.Background()
+	f := &deadCounts{t: t, url: ownDatabase(t)}
+	f.schema = pgtest.CreateSchema(t, f.url)
+	f.q = pgx.Identifier{f.schema}.Sanitize()
+	f.s = pgtest.OpenStoreAt(t, f.url, f.schema)
+	if _, err := f.s.Pool().Exec(ctx, `ALTER TABLE `+f.q+`.failure_counts SET (autovacuum_enabled = false)`); err != nil {
+		t.Fatal(err)
+	}
+	run, _, err := f.s.CreateRun(ctx, "p", redrive.RunOptions{}, time.Now())
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.run = run.ID
+	if _, err := f.s.FailureGroups(ctx, redrive.ItemFilter{States: []redrive.State{redrive.StateDead}}); err != nil {
+		t.Fatal(err)
+	}
+	return f
+}
+
+// fill enqueues the deadItems items.
+func (f *deadCounts) fill() {
+	f.t.Helper()
+	in := make([]redrive.NewItem, deadItems)
+	for i := range in {
+		in[i] = redrive.NewItem{Payload: []byte(`{}`), Invalid: fmt.Sprintf("bad field %c", 'a'+i%deadCauses)}
+	}
+	if _, err := f.s.Enqueue(context.Background(), redrive.EnqueueRequest{RunID: f.run, Pipeline: "p", Stage: "a", Items: in, Now: time.Now()}); err != nil {
+		f.t.Fatal(err)
+	}
+}
+
+// size returns failure_counts's size in bytes.
+func (f *deadCounts) size(s *postgres.Store) int64 {
+	f.t.Helper()
+	var n int64
+	if err := s.Pool().QueryRow(context.Background(), `SELECT pg_relation_size($1::regclass)`, f.q+".failure_counts").Scan(&n); err != nil {
+		f.t.Fatal(err)
+	}
+	return n
+}
+
+// vacuums returns how many times failure_counts was vacuumed.
+func (f *deadCounts) vacuums() int64 {
+	f.t.Helper()
+	var v int64
+	if err := f.s.Pool().QueryRow(context.Background(), `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = $1::regclass`,
+		f.q+".failure_counts").Scan(&v); err != nil {
+		f.t.Fatal(err)
+	}
+	return v
+}
+
+// check reads s's error groups of dead items and fails unless they hold
+// the deadItems items in deadCauses groups.
+func (f *deadCounts) check(s *postgres.Store, when string) {
+	f.t.Helper()
+	groups, err := s.FailureGroups(context.Background(), redrive.ItemFilter{States: []redrive.State{redrive.StateDead}})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	total := 0
+	for _, g := range groups {
+		total += g.Dead
+	}
+	if len(groups) != deadCauses || total != deadItems {
+		f.t.Fatalf("%s: %d groups holding %d dead items, want %d holding %d", when, len(groups), total, deadCauses, deadItems)
+	}
+}
+
 // The fold of failure_counts deletes every row it sums; the store then
 // vacuums the table, so that it keeps the size of its live rows whether
 // or not autovacuum runs. A table that grew without those VACUUMs (an
@@ -23,59 +115,10 @@ import (
 func TestFailureCountsStaySmall(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	// A database of its own: a VACUUM removes no row that a transaction
-	// of the same database may still see, and other tests' transactions
-	// in a shared one would keep the fold's rows.
-	url := ownDatabase(t)
-	schema := pgtest.CreateSchema(t, url)
-	s := pgtest.OpenStoreAt(t, url, schema)
-	q := pgx.Identifier{schema}.Sanitize()
-	size := func(s *postgres.Store) int64 {
-		t.Helper()
-		var n int64
-		if err := s.Pool().QueryRow(ctx, `SELECT pg_relation_size($1::regclass)`, q+".failure_counts").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	// As on a server that runs no autovacuum, whatever this one does.
-	if _, err := s.Pool().Exec(ctx, `ALTER TABLE `+q+`.failure_counts SET (autovacuum_enabled = false)`); err != nil {
-		t.Fatal(err)
-	}
-	run, _, err := s.CreateRun(ctx, "p", redrive.RunOptions{}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// A first read while the table is empty: the process has measured
-	// it, so that the VACUUM below can only come from the fold.
-	if _, err := s.FailureGroups(ctx, redrive.ItemFilter{States: []redrive.State{redrive.StateDead}}); err != nil {
-		t.Fatal(err)
-	}
-	// 30,000 items dead on arrival, in 7 groups: a row of failure_counts
-	// each, written by the insert trigger.
-	const dead, causes = 30000, 7
-	in := make([]redrive.NewItem, dead)
-	for i := range in {
-		in[i] = redrive.NewItem{Payload: []byte(`{}`), Invalid: fmt.Sprintf("bad field %c", 'a'+i%causes)}
-	}
-	if _, err := s.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "p", Stage: "a", Items: in, Now: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
-	filter := redrive.ItemFilter{States: []redrive.State{redrive.StateDead}}
-	check := func(s *postgres.Store, when string) {
-		t.Helper()
-		groups, err := s.FailureGroups(ctx, filter)
-		if err != nil {
-			t.Fatal(err)
-		}
-		total := 0
-		for _, g := range groups {
-			total += g.Dead
-		}
-		if len(groups) != causes || total != dead {
-			t.Fatalf("%s: %d groups holding %d dead items, want %d holding %d", when, len(groups), total, causes, dead)
-		}
-	}
+	f := newDeadCounts(t)
+	s, q, url, schema := f.s, f.q, f.url, f.schema
+	size, check := f.size, f.check
+	f.fill()
 	before := size(s)
 	if before < 2<<20 {
 		t.Fatalf("failure_counts holds %d bytes before its first fold, want its 30,000 rows (over 2 MB)", before)
@@ -87,15 +130,7 @@ func TestFailureCountsStaySmall(t *testing.T) {
 	// as the next fold would, for up to 30 s.
 	// The passes asked for here come after the first, which the store
 	// must have started itself: since is the table's VACUUM count before.
-	vacuums := func() int64 {
-		t.Helper()
-		var v int64
-		if err := s.Pool().QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = $1::regclass`,
-			q+".failure_counts").Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
+	vacuums := f.vacuums
 	shrunk := func(s *postgres.Store, since int64) int64 {
 		t.Helper()
 		deadline := time.Now().Add(30 * time.Second)
@@ -171,69 +206,19 @@ func TestFailureCountsStaySmall(t *testing.T) {
 func TestFailureCountsShrinkAfterATruncationDenied(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url := ownDatabase(t)
-	schema := pgtest.CreateSchema(t, url)
-	s := pgtest.OpenStoreAt(t, url, schema)
+	f := newDeadCounts(t)
+	s, q, url := f.s, f.q, f.url
 	postgres.SetCountsRecheck(s, time.Hour)
-	q := pgx.Identifier{schema}.Sanitize()
-	exec := func(sql string) {
-		t.Helper()
-		if _, err := s.Pool().Exec(ctx, strings.ReplaceAll(sql, "{schema}", q)); err != nil {
-			t.Fatalf("%s: %v", sql, err)
-		}
-	}
-	exec(`ALTER TABLE {schema}.failure_counts SET (autovacuum_enabled = false)`)
-	size := func() int64 {
-		t.Helper()
-		var n int64
-		if err := s.Pool().QueryRow(ctx, `SELECT pg_relation_size($1::regclass)`, q+".failure_counts").Scan(&n); err != nil {
-			t.Fatal(err)
-		}
-		return n
-	}
-	vacuums := func() int64 {
-		t.Helper()
-		var v int64
-		if err := s.Pool().QueryRow(ctx, `SELECT vacuum_count FROM pg_stat_user_tables WHERE relid = $1::regclass`,
-			q+".failure_counts").Scan(&v); err != nil {
-			t.Fatal(err)
-		}
-		return v
-	}
-	const dead, causes = 30000, 7
-	filter := redrive.ItemFilter{States: []redrive.State{redrive.StateDead}}
+	size := func() int64 { t.Helper(); return f.size(s) }
+	vacuums := f.vacuums
 	read := func(when string) {
 		t.Helper()
-		groups, err := s.FailureGroups(ctx, filter)
-		if err != nil {
-			t.Fatal(err)
-		}
-		total := 0
-		for _, g := range groups {
-			total += g.Dead
-		}
-		if len(groups) != causes || total != dead {
-			t.Fatalf("%s: %d groups holding %d dead items, want %d holding %d", when, len(groups), total, causes, dead)
-		}
+		f.check(s, when)
 		if err := postgres.WaitSideVacuum(ctx, s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	run, _, err := s.CreateRun(ctx, "p", redrive.RunOptions{}, time.Now())
-	if err != nil {
-		t.Fatal(err)
-	}
-	// The process measures the empty table on its first read.
-	if _, err := s.FailureGroups(ctx, filter); err != nil {
-		t.Fatal(err)
-	}
-	in := make([]redrive.NewItem, dead)
-	for i := range in {
-		in[i] = redrive.NewItem{Payload: []byte(`{}`), Invalid: fmt.Sprintf("bad field %c", 'a'+i%causes)}
-	}
-	if _, err := s.Enqueue(ctx, redrive.EnqueueRequest{RunID: run.ID, Pipeline: "p", Stage: "a", Items: in, Now: time.Now()}); err != nil {
-		t.Fatal(err)
-	}
+	f.fill()
 	if n := size(); n < 2<<20 {
 		t.Fatalf("failure_counts holds %d bytes before its fold, want its 30,000 rows (over 2 MB)", n)
 	}
