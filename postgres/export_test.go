@@ -142,7 +142,7 @@ func WaitSideVacuum(ctx context.Context, s *Store) error { return s.waitSideVacu
 
 // VacuumSide asks s for another pass of its VACUUMs of the counts tables,
 // of the outbox or both, as a fold or retention does.
-func VacuumSide(s *Store, counts, outbox bool) { s.vacuumSide(counts, outbox) }
+func VacuumSide(s *Store, counts, outbox bool) { s.vacuumSide(counts, outbox, false) }
 
 // OutboxVacuumEvery is how many delivered notifications retention deletes
 // between two VACUUMs of the outbox.

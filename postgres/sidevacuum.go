@@ -26,11 +26,13 @@ type sideVacuumer struct {
 	checkedAt     atomic.Int64  // when a read last measured failure_counts, Unix nanoseconds; 0: never
 	recheck       time.Duration // how long before a read measures it again; 0: countsRecheck
 	outboxDeleted atomic.Int64  // notifications deleted since the outbox's last VACUUM began
+	failures      atomic.Int64  // failure_counts rows this store's writes added since its last fold began
 
 	// Under the vacuumer's lock (vacuum.go).
 	running bool          // a VACUUM of side tables runs in the background
 	counts  bool          // one of the counts was asked for since it began
 	outbox  bool          // one of the outbox was asked for since it began
+	fold    bool          // a fold of failure_counts was asked for since it began
 	done    chan struct{} // closed when the running one ends
 }
 
@@ -53,7 +55,33 @@ const countsRecheck = time.Minute
 
 // vacuumCounts starts a VACUUM of the counts tables in the background
 // (see compactCounts and vacuumSide).
-func (s *Store) vacuumCounts() { s.vacuumSide(true, false) }
+func (s *Store) vacuumCounts() { s.vacuumSide(true, false, false) }
+
+// foldWrittenAt is how many rows the store's own writes add to
+// failure_counts between two of its folds (see failuresAdded): a read sums
+// that many in 20 – 40 ms, and a fold with its VACUUMs every 8,192 deaths
+// or so costs a surge of deaths little.
+const foldWrittenAt = 16384
+
+// failuresAdded notes n rows that the store's own writes (dead and
+// canceled items, failed attempts) added to failure_counts through its
+// triggers and, every foldWrittenAt of them, folds the table and vacuums
+// the counts tables in the background.
+//
+// Without it the rows waited for a read of error groups to fold them: a
+// surge of a million deaths with no console open left 2,000,000 rows, and
+// the first read after it summed them all (0.9 s), folded them in the
+// request (3.4 s), and the read after that scanned their 256 MB of dead
+// rows (0.5 – 0.7 s) while the VACUUM ran (docs/BENCHMARKS.md, "The
+// console after a surge of deaths"). Folded as they come, the table holds
+// a row per group and fewer than foldWrittenAt others.
+func (s *Store) failuresAdded(n int) {
+	if n <= 0 || s.side.failures.Add(int64(n)) < foldWrittenAt {
+		return
+	}
+	s.side.failures.Store(0)
+	s.vacuumSide(true, false, true)
+}
 
 // outboxDeletedN notes n notifications deleted by retention and, every
 // outboxVacuumEvery of them, starts a VACUUM of the outbox in the
@@ -63,17 +91,22 @@ func (s *Store) outboxDeletedN(n int) {
 		return
 	}
 	s.side.outboxDeleted.Store(0)
-	s.vacuumSide(false, true)
+	s.vacuumSide(false, true, false)
 }
 
 // vacuumSide starts VACUUMs of the counts tables, of the outbox or both
 // in the background, unless the store runs none (Options.VacuumAfter
-// negative). One asked for while another runs follows it, since the
-// running one may have begun before the rows that the caller left. They
-// run under the store's context, as the VACUUMs of retention do
-// (vacuum.go), one at a time, and Close waits for them.
-func (s *Store) vacuumSide(counts, outbox bool) {
+// negative), each table's after a fold of failure_counts when fold is
+// set (the fold runs without the VACUUMs too). One asked for while
+// another runs follows it, since the running one may have begun before
+// the rows that the caller left. They run under the store's context, as
+// the VACUUMs of retention do (vacuum.go), one at a time, and Close waits
+// for them.
+func (s *Store) vacuumSide(counts, outbox, fold bool) {
 	if s.opts.VacuumAfter < 0 {
+		counts, outbox = false, false
+	}
+	if !counts && !outbox && !fold {
 		return
 	}
 	v, c := &s.vacuum, &s.side
@@ -82,7 +115,7 @@ func (s *Store) vacuumSide(counts, outbox bool) {
 	if v.ctx.Err() != nil {
 		return
 	}
-	c.counts, c.outbox = c.counts || counts, c.outbox || outbox
+	c.counts, c.outbox, c.fold = c.counts || counts, c.outbox || outbox, c.fold || fold
 	if c.running {
 		return
 	}
@@ -95,17 +128,21 @@ func (s *Store) vacuumSide(counts, outbox bool) {
 		defer close(done)
 		for {
 			v.mu.Lock()
-			counts, outbox := c.counts, c.outbox
-			if !counts && !outbox || v.ctx.Err() != nil {
+			counts, outbox, fold := c.counts, c.outbox, c.fold
+			if !counts && !outbox && !fold || v.ctx.Err() != nil {
 				c.running = false
 				v.mu.Unlock()
 				return
 			}
-			c.counts, c.outbox = false, false
+			c.counts, c.outbox, c.fold = false, false, false
 			v.mu.Unlock()
 			// Each table's VACUUM runs whether or not the other's failed;
 			// a failure is kept for retention to log (vacuumDeleted).
 			var errs []error
+			if fold {
+				_, err := s.foldFailures(v.ctx)
+				errs = append(errs, err)
+			}
 			if counts {
 				errs = append(errs, s.compactCounts(v.ctx))
 			}

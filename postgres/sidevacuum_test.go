@@ -56,14 +56,24 @@ func newDeadCounts(t *testing.T) *deadCounts {
 	return f
 }
 
-// fill enqueues the deadItems items.
+// fill inserts the deadItems items, dead on arrival, with SQL of its own:
+// a writer that leaves failure_counts its triggers' rows unfolded (a bulk
+// load, or an earlier version of the store), where the store's own
+// enqueue would fold them as it writes them (TestFailureCountsFoldedAsWritten).
 func (f *deadCounts) fill() {
 	f.t.Helper()
-	in := make([]redrive.NewItem, deadItems)
-	for i := range in {
-		in[i] = redrive.NewItem{Payload: []byte(`{}`), Invalid: fmt.Sprintf("bad field %c", 'a'+i%deadCauses)}
+	errs, fps := make([]string, deadCauses), make([]string, deadCauses)
+	for i := range errs {
+		errs[i] = fmt.Sprintf("bad field %c", 'a'+i)
+		fps[i] = redrive.Fingerprint(errs[i])
 	}
-	if _, err := f.s.Enqueue(context.Background(), redrive.EnqueueRequest{RunID: f.run, Pipeline: "p", Stage: "a", Items: in, Now: time.Now()}); err != nil {
+	if _, err := f.s.Pool().Exec(context.Background(), `INSERT INTO `+f.q+`.items (run_id, pipeline, stage, state,
+			enqueued_at, next_at, updated_at, order_at, reason_stage, reason_class, reason_error, reason_attempts,
+			reason_at, reason_fingerprint)
+		SELECT $1, 'p', 'a', 'dead', now(), now(), now(), now(), 'a', $2, ($3::text[])[1 + g % $5],
+			0, now(), ($4::text[])[1 + g % $5]
+		FROM generate_series(0, $6 - 1) AS g`,
+		f.run, redrive.ClassInvalidInput, errs, fps, deadCauses, deadItems); err != nil {
 		f.t.Fatal(err)
 	}
 }
@@ -195,6 +205,75 @@ func TestFailureCountsStaySmall(t *testing.T) {
 		t.Fatalf("failure_counts holds %d bytes after a new process's first read (%d before), want a few pages", n, bloated)
 	}
 	check(next, "after the new process's VACUUM")
+}
+
+// The store folds the failure_counts rows that its own writes add, every
+// 16,384, in the background, without waiting for a read of error
+// groups: after a surge of deaths that nobody looked at, the table holds a
+// row per group, and the first read sums those, not a row per death.
+func TestFailureCountsFoldedAsWritten(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	f := newDeadCounts(t)
+	s := f.s
+	rows := func(when string, want int) {
+		t.Helper()
+		if err := postgres.WaitSideVacuum(ctx, s); err != nil {
+			t.Fatal(err)
+		}
+		var n int
+		if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM `+f.q+`.failure_counts`).Scan(&n); err != nil {
+			t.Fatal(err)
+		}
+		if n != want {
+			t.Fatalf("%s: failure_counts holds %d rows, want %d, one per group", when, n, want)
+		}
+	}
+	// Dead on arrival: a row each from the items' insert trigger.
+	in := make([]redrive.NewItem, deadItems)
+	for i := range in {
+		in[i] = redrive.NewItem{Payload: []byte(`{}`), Invalid: fmt.Sprintf("bad field %c", 'a'+i%deadCauses)}
+	}
+	if _, err := s.Enqueue(ctx, redrive.EnqueueRequest{RunID: f.run, Pipeline: "p", Stage: "a", Items: in, Now: time.Now()}); err != nil {
+		t.Fatal(err)
+	}
+	rows("after enqueueing 30,000 dead items", deadCauses)
+
+	// Dead after an attempt: a row for the item, one for its failed attempt.
+	const worked = 9000
+	in = make([]redrive.NewItem, worked)
+	for i := range in {
+		in[i].Payload = []byte(`{}`)
+	}
+	now := time.Now()
+	if _, err := s.Enqueue(ctx, redrive.EnqueueRequest{RunID: f.run, Pipeline: "p", Stage: "a", Items: in, Now: now}); err != nil {
+		t.Fatal(err)
+	}
+	ls := claim(t, s, "p", worked, now)
+	if len(ls) != worked {
+		t.Fatalf("claimed %d items, want %d", len(ls), worked)
+	}
+	cs := make([]redrive.Completion, len(ls))
+	for i, l := range ls {
+		cs[i] = done(l, redrive.StateDead, now)
+	}
+	if _, err := s.Complete(ctx, cs); err != nil {
+		t.Fatal(err)
+	}
+	rows("after 9,000 items died in their first attempt", deadCauses+2)
+
+	// The sums are the items' and attempts' own.
+	groups, err := s.FailureGroups(ctx, redrive.ItemFilter{States: []redrive.State{redrive.StateDead}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	dead, failed := 0, 0
+	for _, g := range groups {
+		dead, failed = dead+g.Dead, failed+g.Failures
+	}
+	if dead != deadItems+worked || failed != worked {
+		t.Fatalf("error groups hold %d dead items and %d failures, want %d and %d", dead, failed, deadItems+worked, worked)
+	}
 }
 
 // A VACUUM cuts failure_counts's empty tail only if it gets the table's

@@ -38,7 +38,21 @@ func (s *Store) Enqueue(ctx context.Context, req redrive.EnqueueRequest) ([]redr
 		return nil, s.fail("enqueue", err)
 	}
 	s.resume.lower(firstEnqueued(req, out))
+	s.failuresAdded(deadOnArrival(req, out))
 	return out, nil
+}
+
+// deadOnArrival is how many of req's items were inserted dead (their
+// input invalid), each a row the failure-count trigger added to
+// failure_counts.
+func deadOnArrival(req redrive.EnqueueRequest, out []redrive.Enqueued) int {
+	n := 0
+	for i := range req.Items {
+		if req.Items[i].Invalid != "" && i < len(out) && !out[i].Existing {
+			n++
+		}
+	}
+	return n
 }
 
 // firstEnqueued returns the first of the pending items inserted by req in
@@ -75,6 +89,8 @@ func (s *Store) EnqueueTx(ctx context.Context, tx pgx.Tx, req redrive.EnqueueReq
 	// items may resume after them; they are claimed, in order, once
 	// claims walk from the head again (see claimfrom.go).
 	s.resume.lower(firstEnqueued(req, out))
+	// A fold that runs before tx commits leaves its rows to the next.
+	s.failuresAdded(deadOnArrival(req, out))
 	return out, nil
 }
 
@@ -838,6 +854,7 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	// Items completed back to pending and due are ready again, in their
 	// old place in claim order (claimfrom.go).
 	s.resume.lower(first)
+	s.failuresAdded(failureRows(cs, applied))
 	if n := s.completes.Add(1); n%foldEvery == 0 {
 		s.foldCounts(ctx)
 		if n%countsVacuumEvery == 0 {
@@ -845,6 +862,26 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 		}
 	}
 	return applied, nil
+}
+
+// failureRows is how many rows the failure-count triggers added to
+// failure_counts for the applied completions of cs: one for each failed
+// attempt recorded (it carries a fingerprint) and one for each item left
+// dead or canceled.
+func failureRows(cs []redrive.Completion, applied []bool) int {
+	n := 0
+	for i := range cs {
+		if !applied[i] {
+			continue
+		}
+		if cs[i].Record.Outcome != redrive.OutcomeSucceeded {
+			n++
+		}
+		if cs[i].State == redrive.StateDead || cs[i].State == redrive.StateCanceled {
+			n++
+		}
+	}
+	return n
 }
 
 // completeBatch is the batch of Complete's statements for cs: its plan
