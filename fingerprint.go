@@ -1,38 +1,8 @@
 package redrive
 
 import (
-	"regexp"
 	"sort"
 	"strings"
-)
-
-// fingerprintRules replace the parts of an error message that vary between
-// occurrences of one cause, in order: earlier rules see text that later ones
-// would cut apart (a URL holds numbers and a host:port).
-var fingerprintRules = []struct {
-	re   *regexp.Regexp
-	with string
-}{
-	// A URL does not end in punctuation: "Get http://h/x: timeout".
-	{regexp.MustCompile(`[a-zA-Z][a-zA-Z0-9+.-]*://[^\s"'<>]*[^\s"'<>.,:;)\]]`), "<url>"},
-	{regexp.MustCompile(`"(?:[^"\\\n]|\\.)*"|` + "`[^`\n]*`"), "<quoted>"},
-	// A single quote starts quoted text only after a space or punctuation,
-	// so that "can't" and "don't" are left alone.
-	{regexp.MustCompile(`(^|[\s(\[{:=,])'[^'\n]*'`), "$1<quoted>"},
-	{regexp.MustCompile(`(?i)\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b`), "<uuid>"},
-	{regexp.MustCompile(`\[[0-9a-fA-F:.]*\]:\d+|\b(?:\d{1,3}\.){3}\d{1,3}(?::\d+)?\b|\b(?:localhost|[a-zA-Z0-9-]+(?:\.[a-zA-Z0-9-]+)+):\d{1,5}\b`), "<host:port>"},
-	{regexp.MustCompile(`\b0[xX][0-9a-fA-F]+\b`), "<hex>"},
-}
-
-var (
-	// hexWord is a candidate hex string: digits and letters a-f only, at
-	// least 6 long. Only those with both a digit and a letter are hex: all
-	// digits is a number, no digit a word ("facade").
-	hexWord = regexp.MustCompile(`\b[0-9a-fA-F]{6,}\b`)
-	// statusCode is an HTTP status, kept: a 503 and a 429 differ in cause.
-	statusCode = regexp.MustCompile(`(?i)\b(?:status|code|http(?:/\d(?:\.\d)?)?)(?: code)?[ :=]+[1-5]\d\d\b`)
-	number     = regexp.MustCompile(`\d+(?:\.\d+)?`)
-	spaces     = regexp.MustCompile(`\s+`)
 )
 
 // maxFingerprint bounds a fingerprint's length in bytes, so that one
@@ -48,27 +18,21 @@ const maxFingerprint = 200
 // HTTP status codes after "status", "code" or "HTTP" are kept, since a 503
 // and a 429 are different causes. White space is collapsed and the result
 // is at most 200 bytes, cut at a rune boundary.
+//
+// Every failure that is stored is fingerprinted, twice for a death (its
+// attempt and its reason), so the rules are scanned by hand in passes that
+// each take linear time (see fingerprint_rules.go): with regular
+// expressions a death spent longer here than a success spends in total.
 func Fingerprint(msg string) string {
-	s := msg
-	for _, r := range fingerprintRules {
-		s = r.re.ReplaceAllString(s, r.with)
-	}
-	s = hexWord.ReplaceAllStringFunc(s, func(w string) string {
-		if strings.Trim(w, "0123456789") == "" || strings.Trim(w, "0123456789") == w {
-			return w
-		}
-		return "<hex>"
-	})
-	// Keep status codes: normalise numbers only in the text around them.
-	var b strings.Builder
-	last := 0
-	for _, m := range statusCode.FindAllStringIndex(s, -1) {
-		b.WriteString(number.ReplaceAllString(s[last:m[0]], "<n>"))
-		b.WriteString(s[m[0]:m[1]])
-		last = m[1]
-	}
-	b.WriteString(number.ReplaceAllString(s[last:], "<n>"))
-	s = strings.TrimSpace(spaces.ReplaceAllString(b.String(), " "))
+	s := replaceURLs(msg)
+	s = replaceQuoted(s)
+	s = replaceSingleQuoted(s)
+	s = replaceUUIDs(s)
+	s = replaceHostPorts(s)
+	s = replaceHexLiterals(s)
+	s = replaceHexWords(s)
+	s = replaceNumbers(s)
+	s = strings.TrimSpace(collapseSpaces(s))
 	if len(s) > maxFingerprint {
 		s = strings.ToValidUTF8(s[:maxFingerprint], "")
 	}

@@ -712,7 +712,7 @@ func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []red
 
 // attemptFingerprint is the fingerprint stored with a failed attempt, NULL
 // for a success: the console groups failures only, and the success path
-// pays no regular expressions.
+// pays for no fingerprint.
 func attemptFingerprint(a redrive.Attempt) any {
 	if a.Outcome == redrive.OutcomeSucceeded {
 		return nil
