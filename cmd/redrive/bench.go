@@ -118,6 +118,17 @@ afterwards, unless --pg-schema is given.`,
 				}
 				bench.PrintStart(cmd.OutOrStdout(), r)
 				return nil
+			case bench.ShapeDeaths:
+				r, err := bench.Deaths(ctx, store, schema, items, workers, batch)
+				if err != nil {
+					return err
+				}
+				r.Store = redactURL(url)
+				if asJSON {
+					return writeJSON(cmd.OutOrStdout(), r)
+				}
+				bench.PrintDeaths(cmd.OutOrStdout(), r)
+				return nil
 			case bench.ShapeReal:
 				real.Items, real.Stages, real.Workers, real.Batch = items, stages, workers, batch
 				real.Waiting = int(float64(items) * waiting)
@@ -178,8 +189,9 @@ afterwards, unless --pg-schema is given.`,
 	cmd.Flags().StringVar(&cpuProfile, "cpuprofile", "", "write a CPU profile to this file: of the engine's work alone with --shape noop (one round), else of the whole run")
 	cmd.Flags().StringVar(&shape, "shape", bench.ShapeNoop, "what to measure: "+bench.ShapeNoop+" (a no-op pipeline), "+bench.ShapeBacklog+
 		" (claim latency with items waiting on a backoff, against due items only), "+bench.ShapeReal+
-		" (payloads, stages, failures, a waiting backlog, several processes) or "+bench.ShapeStart+
-		" (enqueue-to-start of single items into an idle engine)")
+		" (payloads, stages, failures, a waiting backlog, several processes), "+bench.ShapeStart+
+		" (enqueue-to-start of single items into an idle engine) or "+bench.ShapeDeaths+
+		" (items that all die in their first attempt, alternated with items that all succeed)")
 	cmd.Flags().Float64Var(&waiting, "waiting", 0.9, "--shape backlog and real: items waiting on a backoff, as a fraction of --items")
 	cmd.Flags().IntVar(&claimLimit, "claim-limit", 100, "--shape backlog: items per timed claim")
 	cmd.Flags().IntVar(&samples, "samples", 200, "--shape backlog: timed claims per measurement")
@@ -197,7 +209,7 @@ afterwards, unless --pg-schema is given.`,
 // checkShape checks the flags of --shape.
 func checkShape(shape string, items int, waiting float64, limit, samples int) error {
 	switch shape {
-	case bench.ShapeNoop, bench.ShapeRealWorker, bench.ShapeStart:
+	case bench.ShapeNoop, bench.ShapeRealWorker, bench.ShapeStart, bench.ShapeDeaths:
 		return nil
 	case bench.ShapeReal:
 		if waiting < 0 {
@@ -206,7 +218,8 @@ func checkShape(shape string, items int, waiting float64, limit, samples int) er
 		return nil
 	case bench.ShapeBacklog:
 	default:
-		return flagErrorf("shape", "--shape must be %s, %s, %s or %s, not %q", bench.ShapeNoop, bench.ShapeBacklog, bench.ShapeReal, bench.ShapeStart, shape)
+		return flagErrorf("shape", "--shape must be %s, %s, %s, %s or %s, not %q", bench.ShapeNoop, bench.ShapeBacklog, bench.ShapeReal,
+			bench.ShapeStart, bench.ShapeDeaths, shape)
 	}
 	if waiting <= 0 || waiting >= 1 {
 		return flagErrorf("waiting", "--waiting must be between 0 and 1 (exclusive), not %g", waiting)

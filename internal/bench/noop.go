@@ -199,12 +199,24 @@ func PrintNoop(w io.Writer, res Result) {
 // checking every second. A non-nil profile receives a CPU profile of the
 // work, from Start until the last stage completion.
 func Noop(ctx context.Context, store redrive.Store, schema string, items, stages, workers, batch int, retention time.Duration, profile io.Writer) (Result, error) {
+	return work(ctx, store, schema, items, stages, workers, batch, retention, profile, nil)
+}
+
+// work is Noop with a handler of its own for every stage: nil for the
+// no-op one, whose items all succeed; any other's items must all die, each
+// in one attempt.
+func work(ctx context.Context, store redrive.Store, schema string, items, stages, workers, batch int, retention time.Duration,
+	profile io.Writer, handle redrive.Handler) (Result, error) {
 	res := Result{Items: items, Stages: stages, Workers: workers, GOMAXPROCS: runtime.GOMAXPROCS(0)}
 	total := int64(items * stages)
+	want := redrive.OutcomeSucceeded
+	if handle != nil {
+		total, want = int64(items), redrive.OutcomeDead
+	}
 	var done atomic.Int64
 	finished := make(chan time.Time, 1)
 	observe := func(ev redrive.Event) {
-		if a, ok := ev.(redrive.AttemptFinished); ok && a.Outcome == redrive.OutcomeSucceeded {
+		if a, ok := ev.(redrive.AttemptFinished); ok && a.Outcome == want {
 			if done.Add(1) == total {
 				finished <- time.Now()
 			}
@@ -223,10 +235,12 @@ func Noop(ctx context.Context, store redrive.Store, schema string, items, stages
 		engineStore = timer
 	}
 	client := redrive.NewClient(engineStore, cfg)
-	noop := func(_ context.Context, it *redrive.Item) ([]byte, error) { return it.Payload, nil }
+	if handle == nil {
+		handle = func(_ context.Context, it *redrive.Item) ([]byte, error) { return it.Payload, nil }
+	}
 	p := redrive.Pipeline{Name: "bench"}
 	for i := range stages {
-		p.Stages = append(p.Stages, redrive.Stage{Name: "stage" + strconv.Itoa(i+1), Handle: noop})
+		p.Stages = append(p.Stages, redrive.Stage{Name: "stage" + strconv.Itoa(i+1), Handle: handle})
 	}
 	if err := client.Register(p); err != nil {
 		return res, err
@@ -304,7 +318,11 @@ func Noop(ctx context.Context, store redrive.Store, schema string, items, stages
 		}
 		r.Counts.Succeeded += items - r.Counts.Total
 	}
-	if r.Counts.Succeeded != items {
+	if want == redrive.OutcomeDead {
+		if r.Counts.Dead != items {
+			return res, fmt.Errorf("bench: %d of %d items died: %+v", r.Counts.Dead, items, r.Counts)
+		}
+	} else if r.Counts.Succeeded != items {
 		return res, fmt.Errorf("bench: %d of %d items succeeded: %+v", r.Counts.Succeeded, items, r.Counts)
 	}
 	res.Succeeded = r.Counts.Succeeded
