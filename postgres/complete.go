@@ -180,7 +180,18 @@ func (s *Store) completeSuccessSQL() string {
 // are inserted without a second join; a completion that moves the item
 // on a stage also stores that stage and its input (the item's new
 // payload) on its attempt, for RedriveFrom (see migration 0010).
-func (s *Store) completeFullSQL() string {
+//
+// With counted (see countsCompletionFailures), the statement also writes
+// the failure_counts rows of the items it leaves dead or canceled and of
+// the failed attempts it inserts, one per group, and tells the row
+// triggers to skip them (failuresCounted, migration 0028). Every item it
+// updates was running, so none leaves a failure group.
+func (s *Store) completeFullSQL(counted bool) string {
+	counts, countCols := ``, ``
+	if counted {
+		counts = `, ` + s.itemFailuresCome("upd") + `, ` + s.attemptFailuresCome("upd")
+		countCols = `, i.state, i.pipeline, i.stage, i.reason_class, i.reason_fingerprint, i.run_id`
+	}
 	return `WITH upd AS (
 		UPDATE ` + s.q + `.items i SET state = u.state, stage_index = u.stage_index, stage = u.stage,
 			attempt = u.attempt, rate_limit_waits = u.rlw,
@@ -203,7 +214,7 @@ func (s *Store) completeFullSQL() string {
 		AS u(id, token, state, stage_index, stage, attempt, rlw, next_at, payload, now, r_has, r_stage, r_class, r_error,
 			r_attempts, r_at, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error, a_started, a_finished, a_delay,
 			a_item, a_run, a_pipeline, failed, a_hash, r_fp, a_fp, ord)
-		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])` + countedCond(counted) + `
 		RETURNING i.id, u.token, u.ord, coalesce(nullif(u.a_item, 0), i.id) AS a_item, coalesce(nullif(u.a_run, 0), i.run_id) AS a_run,
 			coalesce(nullif(u.a_pipeline, ''), i.pipeline) AS a_pipeline, u.a_stage, u.a_stage_index, u.a_number, u.a_outcome,
 			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay, u.a_hash,
@@ -211,20 +222,34 @@ func (s *Store) completeFullSQL() string {
 			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage END AS next_stage,
 			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage_index END AS next_stage_index,
 			CASE WHEN i.stage_index > u.a_stage_index THEN i.payload END AS next_input,
-			i.ready, i.priority, i.order_at),
+			i.ready, i.priority, i.order_at` + countCols + `),
 	ins AS (
 		INSERT INTO ` + s.q + `.attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class, error,
 			started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input, fingerprint)
 		SELECT a_item, a_run, a_pipeline, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error,
 			a_started, a_finished, a_delay, a_hash, next_stage, next_stage_index, next_input, a_fp
-		FROM upd ORDER BY ord)
+		FROM upd ORDER BY ord)` + counts + `
 	SELECT id, token, ready, priority, order_at FROM upd`
 }
 
 // completeFullArgs are the parameters of completeFullSQL for the
-// completions cs[i] for i in which, in that order.
-func completeFullArgs(cs []redrive.Completion, which []int) []any {
+// completions cs[i] for i in which, in that order, and about how many
+// failure groups they fall in: the rows a counting statement adds to
+// failure_counts (an item's pipeline and run, when a completion leaves
+// them to the item, are not told apart).
+func completeFullArgs(cs []redrive.Completion, which []int) ([]any, int) {
 	n := len(which)
+	type group struct {
+		kind, pipeline, stage, class, fp string
+		run                              int64
+	}
+	var groups map[group]struct{}
+	count := func(g group) {
+		if groups == nil {
+			groups = make(map[group]struct{})
+		}
+		groups[g] = struct{}{}
+	}
 	var (
 		ids, tokens, delays                       = make([]int64, 0, n), make([]int64, 0, n), make([]int64, 0, n)
 		states, stages, rStages, rClasses, rErrs  []string
@@ -268,6 +293,7 @@ func completeFullArgs(cs []redrive.Completion, which []int) []any {
 		rFP := ""
 		if final {
 			rFP = redrive.Fingerprint(r.Error)
+			count(group{string(c.State), c.Record.Pipeline, c.Stage, r.Class, rFP, c.Record.RunID})
 		}
 		rFPs = append(rFPs, rFP)
 		rec := &c.Record
@@ -291,10 +317,11 @@ func completeFullArgs(cs []redrive.Completion, which []int) []any {
 			if !final || rec.Error != r.Error {
 				aFP = redrive.Fingerprint(rec.Error)
 			}
+			count(group{"failed", rec.Pipeline, rec.Stage, rec.Class, aFP, rec.RunID})
 		}
 		aFPs = append(aFPs, aFP)
 	}
 	return []any{ids, tokens, states, stageIdx, stages, attempts, rlws, nextAts, payloads, nows, rHas, rStages, rClasses, rErrs,
 		rAttempts, rAts, aStages, aIdx, aNumbers, aOutcomes, aClasses, aErrs, aStarted, aFinished, delays, aItems, aRuns, aPipelines,
-		failed, aHashes, rFPs, aFPs, ords}
+		failed, aHashes, rFPs, aFPs, ords}, len(groups)
 }

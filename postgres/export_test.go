@@ -177,9 +177,9 @@ func LeaseWritePlans(ctx context.Context, s *Store, cs []redrive.Completion) (ma
 	explain := func(name, settings, sql string, args ...any) error {
 		return explainAnalyzed(ctx, s, plans, name, settings, sql, args...)
 	}
-	b, _ := s.completeBatch(cs)
+	b, _, groups := s.completeBatch(ctx, cs)
 	names := []string{"complete success", "complete full"}
-	if len(b.QueuedQueries) == 2 && b.QueuedQueries[1].SQL == s.completeFullSQL() {
+	if len(b.QueuedQueries) == 2 && b.QueuedQueries[1].SQL == s.completeFullSQL(groups >= 0) {
 		names = names[1:]
 	}
 	for i, q := range b.QueuedQueries[1:] {

@@ -3,6 +3,7 @@ package postgres
 import (
 	"context"
 	"sync/atomic"
+	"time"
 )
 
 // The bulk actions that add or remove failures (Purge, Redrive,
@@ -23,9 +24,15 @@ const failuresCountedMigration = 27
 // count the same rows again.
 const failuresCounted = `(SELECT set_config('redrive.failures_counted', 'on', true)) = 'on'`
 
-// failureCounting remembers that the schema has migration 0027; a
-// migration is never unapplied, so once seen it is not asked again.
-type failureCounting struct{ applied atomic.Bool }
+// failureCounting remembers which of the migrations that let statements
+// count their own failures the schema has: a migration is never
+// unapplied, so once seen it is not asked again. A completion asks again
+// at most once a minute while its migration is missing, so that a process
+// ahead of its schema does not pay a query per batch.
+type failureCounting struct {
+	applied, onCompletion atomic.Bool
+	askedCompletion       atomic.Int64 // when onCompletion was last found missing, in Unix nanoseconds
+}
 
 // countsFailures reports whether the schema has migration 0027, so that a
 // bulk action may count its failures by group (failuresCounted). A process
@@ -35,12 +42,45 @@ func (s *Store) countsFailures(ctx context.Context) (bool, error) {
 	if s.failures.applied.Load() {
 		return true, nil
 	}
-	var ok bool
-	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.q+`.schema_migrations WHERE version = $1)`,
-		failuresCountedMigration).Scan(&ok)
+	ok, err := s.hasMigration(ctx, failuresCountedMigration)
 	if ok {
 		s.failures.applied.Store(true)
 	}
+	return ok, err
+}
+
+// completionsCountedMigration is the migration whose attempts trigger
+// skips a transaction that set redrive.failures_counted, so that a
+// completion may count its failures by group.
+const completionsCountedMigration = 28
+
+// countsCompletionFailures reports whether a completion may count the
+// failures it records by group (see completeFullSQL): whether the schema
+// has migration 0028, as last asked. Any error reads as no, which leaves
+// the counting to the triggers.
+func (s *Store) countsCompletionFailures(ctx context.Context) bool {
+	f := &s.failures
+	if f.onCompletion.Load() {
+		return true
+	}
+	now := time.Now().UnixNano()
+	if asked := f.askedCompletion.Load(); asked != 0 && now-asked < int64(time.Minute) {
+		return false
+	}
+	ok, err := s.hasMigration(ctx, completionsCountedMigration)
+	if err != nil || !ok {
+		f.askedCompletion.Store(now)
+		return false
+	}
+	f.onCompletion.Store(true)
+	return true
+}
+
+// hasMigration reports whether the schema records migration version.
+func (s *Store) hasMigration(ctx context.Context, version int) (bool, error) {
+	var ok bool
+	err := s.pool.QueryRow(ctx, `SELECT EXISTS (SELECT 1 FROM `+s.q+`.schema_migrations WHERE version = $1)`,
+		version).Scan(&ok)
 	return ok, err
 }
 
@@ -60,6 +100,17 @@ func (s *Store) itemFailures(rows, sign string) string {
 	return `fi AS (INSERT INTO ` + s.q + `.failure_counts (pipeline, stage, class, fingerprint, run_id, kind, n)
 		SELECT pipeline, stage, coalesce(reason_class, ''), coalesce(reason_fingerprint, ''), run_id, state, ` + sign + `count(*)
 		FROM ` + rows + ` WHERE state IN ('dead', 'canceled') GROUP BY 1, 2, 3, 4, 5, 6)`
+}
+
+// attemptFailuresCome is a WITH query (named fa) of a completion whose
+// WITH query rows returns the a_pipeline, a_stage, a_class, a_fp and a_run
+// of the attempts it inserts: it adds the failed ones (those with a
+// fingerprint) to their groups' counts, one row per group, as
+// attempts_failure_count would one row per attempt.
+func (s *Store) attemptFailuresCome(rows string) string {
+	return `fa AS (INSERT INTO ` + s.q + `.failure_counts (pipeline, stage, class, fingerprint, run_id, kind, n)
+		SELECT a_pipeline, a_stage, a_class, a_fp, a_run, 'failed', count(*)
+		FROM ` + rows + ` WHERE a_fp IS NOT NULL GROUP BY 1, 2, 3, 4, 5)`
 }
 
 // attemptFailuresGone is a WITH query (named fa) of a statement whose

@@ -18,46 +18,58 @@ import (
 
 // Purge, Redrive, RedriveFrom, CancelPending and the retention of
 // finished runs and of succeeded items count what they add to or remove
-// from failure_counts one row per group (migration 0027), and the counts stay those of the items
-// and attempts after every kind of each. A process whose schema
-// lacks 0027 leaves the counting to the triggers, without counting twice.
+// from failure_counts one row per group (migration 0027), completions what
+// they add (0028), and the counts stay those of the items and attempts
+// after every kind of each. A process whose schema lacks either migration
+// leaves that counting to the triggers, without counting twice.
 func TestBulkActionsCountFailuresByGroup(t *testing.T) {
 	t.Parallel()
-	for _, ahead := range []bool{false, true} {
-		t.Run(map[bool]string{false: "migrated", true: "schema without 0027"}[ahead], func(t *testing.T) {
+	for _, behind := range []int{0, 27, 28} {
+		name := "migrated"
+		if behind > 0 {
+			name = fmt.Sprintf("schema without %04d", behind)
+		}
+		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			testBulkFailureCounts(t, ahead)
+			testBulkFailureCounts(t, behind)
 		})
 	}
 }
 
-func testBulkFailureCounts(t *testing.T, ahead bool) {
+// testBulkFailureCounts runs the actions on a schema that has every
+// migration (behind 0) or none from behind on.
+func testBulkFailureCounts(t *testing.T, behind int) {
 	ctx := context.Background()
 	url, schema := pgtest.NewSchema(t)
 	s := pgtest.OpenStoreAt(t, url, schema)
 	q := pgx.Identifier{schema}.Sanitize()
-	exec := func(sql string) {
+	exec := func(sql string, args ...any) {
 		t.Helper()
-		if _, err := s.Pool().Exec(ctx, strings.ReplaceAll(sql, "{schema}", q)); err != nil {
+		if _, err := s.Pool().Exec(ctx, strings.ReplaceAll(sql, "{schema}", q), args...); err != nil {
 			t.Fatalf("%s: %v", sql, err)
 		}
 	}
-	if ahead {
-		// The triggers as 0015 made them, and no record of 0027: what a
-		// process of this build meets before `redrive migrate up`.
+	if behind > 0 {
+		// The triggers as 0015 made them, and no record of the later
+		// migrations: what a process of this build meets before
+		// `redrive migrate up`.
 		m, err := os.ReadFile("migrations/0015_failure_counts.sql")
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, trg := range []string{"items_failure_update", "items_failure_delete", "attempts_failure_delete"} {
+		trgs := []string{"attempts_failure_insert"}
+		if behind == 27 {
+			trgs = append(trgs, "items_failure_update", "items_failure_delete", "attempts_failure_delete")
+		}
+		for _, trg := range trgs {
 			table := strings.SplitN(trg, "_", 2)[0]
 			create := string(m)[strings.Index(string(m), "CREATE TRIGGER "+trg):]
 			create = create[:strings.Index(create, ";")+1]
 			exec(`DROP TRIGGER ` + trg + ` ON {schema}.` + table)
 			exec(create)
 		}
-		exec(`DELETE FROM {schema}.schema_migrations WHERE version = 27`)
-		// A store opened now, without migrating, finds 0027 unapplied.
+		exec(`DELETE FROM {schema}.schema_migrations WHERE version >= $1`, behind)
+		// A store opened now, without migrating, finds them unapplied.
 		if s, err = postgres.Open(ctx, url, postgres.Options{Schema: schema}); err != nil {
 			t.Fatal(err)
 		}
@@ -134,6 +146,13 @@ func testBulkFailureCounts(t *testing.T, ahead bool) {
 	if w := truth(); len(w) < 6 || !maps.Equal(kept(), w) {
 		t.Fatalf("before the actions: kept %v, want %v", kept(), w)
 	}
+	// Each pipeline's retries fell in 3 groups, its deaths in 3 groups
+	// of items and 3 of attempts: a row each from the completions that
+	// count, a row per failure (640 attempts, 320 items) from the
+	// triggers.
+	if want := map[bool]int{true: 2 * (3 + 6), false: 2 * (640 + 320)}[behind == 0]; rows() != want {
+		t.Fatalf("the completions left %d rows in failure_counts, want %d", rows(), want)
+	}
 	dead := []redrive.State{redrive.StateDead}
 	both := []redrive.State{redrive.StateDead, redrive.StateCanceled}
 	operator := redrive.Reason{Class: "canceled", Error: "by an operator", At: t0}
@@ -207,7 +226,7 @@ func testBulkFailureCounts(t *testing.T, ahead bool) {
 		if got, w := kept(), truth(); !maps.Equal(got, w) {
 			t.Errorf("%s: failure_counts %v, want %v", st.name, got, w)
 		}
-		// The migrated schema adds a row per group (at most three errors
+		// A schema with 0027 adds a row per group (at most three errors
 		// for items and three for their attempts, and the canceled group);
 		// the triggers add one per item and one per failed attempt.
 		added := rows() - before
@@ -215,10 +234,10 @@ func testBulkFailureCounts(t *testing.T, ahead bool) {
 			t.Errorf("%s: %d failure_counts rows added, want none", st.name, added)
 			continue
 		}
-		if !ahead && added > 8 {
+		if behind != 27 && added > 8 {
 			t.Errorf("%s: %d failure_counts rows for %d items, want one per group", st.name, added, n)
 		}
-		if ahead && added < n && !st.dry {
+		if behind == 27 && added < n && !st.dry {
 			t.Errorf("%s: %d failure_counts rows for %d items, want the triggers' one per item at least", st.name, added, n)
 		}
 	}

@@ -814,7 +814,7 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 			return nil, fmt.Errorf("postgres: complete: completion %d (item %d): invalid next state %q", i, c.ItemID, c.State)
 		}
 	}
-	b, idx := s.completeBatch(cs)
+	b, idx, groups := s.completeBatch(ctx, cs)
 	// A batch is one implicit transaction: the settings end with it.
 	br := s.pool.SendBatch(ctx, b)
 	if _, err := br.Exec(); err != nil {
@@ -854,7 +854,11 @@ func (s *Store) Complete(ctx context.Context, cs []redrive.Completion) ([]bool, 
 	// Items completed back to pending and due are ready again, in their
 	// old place in claim order (claimfrom.go).
 	s.resume.lower(first)
-	s.failuresAdded(failureRows(cs, applied))
+	if groups >= 0 {
+		s.failuresAdded(groups)
+	} else {
+		s.failuresAdded(failureRows(cs, applied))
+	}
 	if n := s.completes.Add(1); n%foldEvery == 0 {
 		s.foldCounts(ctx)
 		if n%countsVacuumEvery == 0 {
@@ -886,8 +890,11 @@ func failureRows(cs []redrive.Completion, applied []bool) int {
 
 // completeBatch is the batch of Complete's statements for cs: its plan
 // settings, then the success-only statement and the full one, each when it
-// has completions; and the index in cs of each (item, token) pair sent.
-func (s *Store) completeBatch(cs []redrive.Completion) (*pgx.Batch, map[completionRef]int) {
+// has completions; the index in cs of each (item, token) pair sent; and,
+// when the full statement counts its failures by group (see
+// completeFullSQL), about how many rows it adds to failure_counts, else -1
+// (the triggers add a row per failure).
+func (s *Store) completeBatch(ctx context.Context, cs []redrive.Completion) (*pgx.Batch, map[completionRef]int, int) {
 	// Completions apply as if one after another: of several for one item,
 	// only the first that carries the current token can apply, as it
 	// leaves the item not running. Send each (item, token) pair once; at
@@ -924,10 +931,16 @@ func (s *Store) completeBatch(cs []redrive.Completion) (*pgx.Batch, map[completi
 	if p > 0 {
 		b.Queue(s.completeSuccessSQL(), succ.args()...)
 	}
+	groups := -1
 	if p < len(uniq) {
-		b.Queue(s.completeFullSQL(), completeFullArgs(cs, uniq[p:])...)
+		counted := s.countsCompletionFailures(ctx)
+		args, n := completeFullArgs(cs, uniq[p:])
+		if counted {
+			groups = n
+		}
+		b.Queue(s.completeFullSQL(counted), args...)
 	}
-	return b, idx
+	return b, idx, groups
 }
 
 // completePlan are the planner settings of a completion (see Complete).
