@@ -8,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/internal/bench"
 	"github.com/redrive/redrive/internal/pgtest"
 	"github.com/redrive/redrive/sqlite"
@@ -140,4 +141,50 @@ func newSQLiteSize(t *testing.T) int64 {
 		t.Fatal(err)
 	}
 	return pages * size
+}
+
+// bench --shape deaths runs items that all die beside items that all
+// succeed, and every death lands in the dead-letter queue in one error
+// group, its message's item number and quoted field folded away.
+func TestBenchDeaths(t *testing.T) {
+	t.Parallel()
+	check := func(t *testing.T, url, schema string) {
+		args := []string{"--db", url, "bench", "--shape", "deaths", "--items", "300", "--workers", "8", "--batch", "100", "--json"}
+		if schema != "" {
+			args = append([]string{"--pg-schema", schema}, args...)
+		}
+		r := runCLI(t, nil, args...)
+		if r.code != 0 {
+			t.Fatalf("bench --shape deaths: %v", r)
+		}
+		var res bench.DeathsResult
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+			t.Fatalf("%v: %s", err, r.stdout)
+		}
+		if len(res.Deaths) != 2 || len(res.Successes) != 2 || res.DeathsPerSecond <= 0 || res.SuccessesPerSecond <= 0 ||
+			res.Ratio != res.DeathsPerSecond/res.SuccessesPerSecond {
+			t.Errorf("result: %+v", res)
+		}
+		ctx := context.Background()
+		store, closeStore, err := openStoreWith(ctx, url, openOptions{Schema: schema})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer closeStore()
+		groups, err := store.FailureGroups(ctx, redrive.ItemFilter{States: []redrive.State{redrive.StateDead}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := "order <n>: schema mismatch: field <quoted> missing"
+		if len(groups) != 1 || groups[0].Fingerprint != want || groups[0].Dead != 600 || groups[0].Failures != 600 {
+			t.Errorf("error groups %+v, want one of %q with 600 dead items and 600 failures", groups, want)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		check(t, "sqlite:"+filepath.Join(t.TempDir(), "deaths.db"), "")
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url, schema := pgtest.NewSchema(t)
+		check(t, url, schema)
+	})
 }
