@@ -6,7 +6,7 @@
 -- A death went through two failure-count triggers, items_failure_update
 -- for the item and attempts_failure_insert for its failed attempt, each a
 -- function call and a row of failure_counts: a quarter of what a death
--- cost the server (docs/BENCHMARKS.md, "Deaths at the rate of successes").
+-- cost the server (docs/BENCHMARKS.md, "Deaths fingerprinted and counted for less").
 -- The store's completion now writes one row per group itself, from the
 -- rows it changes and inserts, and sets redrive.failures_counted for its
 -- transaction, as the bulk actions do since 0027; items_failure_update
