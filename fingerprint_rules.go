@@ -330,13 +330,13 @@ func ipv4(s string, i int) int {
 	return -1
 }
 
-// port matches :\d{1,5}\b at i and returns its end, or -1.
-func port(s string, i, max int) int {
+// port matches :\d{1,digits}\b at i and returns its end, or -1.
+func port(s string, i, digits int) int {
 	if i >= len(s) || s[i] != ':' {
 		return -1
 	}
 	k := run(s, i+1, isDigit)
-	if k == i+1 || k-i-1 > max || !wordEnds(s, k) {
+	if k == i+1 || k-i-1 > digits || !wordEnds(s, k) {
 		return -1
 	}
 	return k
