@@ -58,8 +58,8 @@ func boundary(s string, i int) bool {
 // s ends at i or a non-word character follows.
 func wordEnds(s string, i int) bool { return i == len(s) || !isWord(s[i]) }
 
-// run returns the end of the run of bytes from i that in accepts.
-func run(s string, i int, in func(byte) bool) int {
+// scanWhile returns the end of the run of bytes from i that in accepts.
+func scanWhile(s string, i int, in func(byte) bool) int {
 	for i < len(s) && in(s[i]) {
 		i++
 	}
@@ -291,11 +291,11 @@ func isBracketedHostChar(c byte) bool { return isHex(c) || c == ':' || c == '.' 
 // bracketedHostPort matches \[[0-9a-fA-F:.]*\]:\d+ at i, where s[i] is
 // '[', and returns its end, or -1.
 func bracketedHostPort(s string, i int) int {
-	j := run(s, i+1, isBracketedHostChar)
+	j := scanWhile(s, i+1, isBracketedHostChar)
 	if j+1 >= len(s) || s[j] != ']' || s[j+1] != ':' {
 		return -1
 	}
-	k := run(s, j+2, isDigit)
+	k := scanWhile(s, j+2, isDigit)
 	if k == j+2 {
 		return -1
 	}
@@ -309,18 +309,18 @@ func bracketedHostPort(s string, i int) int {
 func ipv4(s string, i int) int {
 	p := i
 	for range 3 {
-		q := run(s, p, isDigit)
+		q := scanWhile(s, p, isDigit)
 		if q == p || q-p > 3 || q == len(s) || s[q] != '.' {
 			return -1
 		}
 		p = q + 1
 	}
-	q := run(s, p, isDigit)
+	q := scanWhile(s, p, isDigit)
 	if q == p || q-p > 3 {
 		return -1
 	}
 	if q < len(s) && s[q] == ':' {
-		if k := run(s, q+1, isDigit); k > q+1 && wordEnds(s, k) {
+		if k := scanWhile(s, q+1, isDigit); k > q+1 && wordEnds(s, k) {
 			return k
 		}
 	}
@@ -335,7 +335,7 @@ func port(s string, i, digits int) int {
 	if i >= len(s) || s[i] != ':' {
 		return -1
 	}
-	k := run(s, i+1, isDigit)
+	k := scanWhile(s, i+1, isDigit)
 	if k == i+1 || k-i-1 > digits || !wordEnds(s, k) {
 		return -1
 	}
@@ -347,10 +347,10 @@ func port(s string, i, digits int) int {
 // is a whole run of label characters: a shorter one would be followed by
 // one, where neither '.' nor ':' can be.
 func dottedName(s string, i int) (end, stop int) {
-	p := run(s, i, isLabelChar)
+	p := scanWhile(s, i, isLabelChar)
 	labels := 1
 	for p+1 < len(s) && s[p] == '.' && isLabelChar(s[p+1]) {
-		p = run(s, p+1, isLabelChar)
+		p = scanWhile(s, p+1, isLabelChar)
 		labels++
 	}
 	if labels < 2 {
@@ -372,7 +372,7 @@ func replaceHexLiterals(s string) string {
 		if s[i] != '0' || (s[i+1] != 'x' && s[i+1] != 'X') || (i > 0 && isWord(s[i-1])) {
 			continue
 		}
-		k := run(s, i+2, isHex)
+		k := scanWhile(s, i+2, isHex)
 		if k == i+2 || !wordEnds(s, k) {
 			continue
 		}
@@ -394,8 +394,8 @@ func replaceHexWords(s string) string {
 			i++
 			continue
 		}
-		j := run(s, i, isWord)
-		if j-i >= 6 && run(s, i, isHex) == j && (isDigit(s[i]) || isDigit(s[j-1])) && run(s, i, isDigit) != j {
+		j := scanWhile(s, i, isWord)
+		if j-i >= 6 && scanWhile(s, i, isHex) == j && (isDigit(s[i]) || isDigit(s[j-1])) && scanWhile(s, i, isDigit) != j {
 			w.replace(i, j, "<hex>")
 		}
 		i = j
@@ -412,9 +412,9 @@ func replaceNumbers(s string) string {
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if isDigit(c) {
-			k := run(s, i, isDigit)
+			k := scanWhile(s, i, isDigit)
 			if k+1 < len(s) && s[k] == '.' && isDigit(s[k+1]) {
-				k = run(s, k+1, isDigit)
+				k = scanWhile(s, k+1, isDigit)
 			}
 			w.replace(i, k, "<n>")
 			i = k - 1
@@ -455,7 +455,7 @@ func statusCode(s string, i int) int {
 			j = k
 		}
 	}
-	k := run(s, j, func(c byte) bool { return c == ' ' || c == ':' || c == '=' })
+	k := scanWhile(s, j, func(c byte) bool { return c == ' ' || c == ':' || c == '=' })
 	if k == j || k+3 > len(s) || s[k] < '1' || s[k] > '5' || !isDigit(s[k+1]) || !isDigit(s[k+2]) || !wordEnds(s, k+3) {
 		return -1
 	}
@@ -486,7 +486,7 @@ func collapseSpaces(s string) string {
 		if !isSpace(s[i]) {
 			continue
 		}
-		k := run(s, i, isSpace)
+		k := scanWhile(s, i, isSpace)
 		if k-i > 1 || s[i] != ' ' {
 			w.replace(i, k, " ")
 		}
