@@ -60,14 +60,16 @@ func TestClaimResumeSkipsDeadEntries(t *testing.T) {
 	}
 	req := redrive.ClaimRequest{Owner: "w", Pipelines: []string{"burst"}, Limit: 1, Now: now, LeaseUntil: now.Add(time.Minute)}
 	it := first[0].Item
-	head, resumed, err := postgres.ClaimBuffers(ctx, s, req, it.Priority, it.OrderAt, it.ID)
+	head, resumed, headPlan, resumedPlan, err := postgres.ClaimBuffers(ctx, s, req, it.Priority, it.OrderAt, it.ID)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Logf("claim of 1 with %d dead entries ahead: %d buffers from the head, %d resumed", burst, head, resumed)
-	// 20,000 entries fill more than 50 leaf pages of items_ready.
+	t.Logf("claim of 1 with %d dead entries ahead: its walk read %d buffers from the head, %d resumed", burst, head, resumed)
+	// 20,000 entries fill more than 50 leaf pages of items_ready. Only the
+	// walks are compared: the update of the row they pick reads what it
+	// reads (index entries, the triggers' rows) wherever the walk started.
 	if head-resumed < 50 {
-		t.Errorf("a claim from the head read %d buffers, resumed %d: want the resumed one to skip the dead entries' pages", head, resumed)
+		t.Errorf("a claim's walk from the head read %d buffers, resumed %d: want the resumed one to skip the dead entries' pages\nfrom the head:\n%s\nresumed:\n%s", head, resumed, headPlan, resumedPlan)
 	}
 }
 

@@ -92,10 +92,15 @@ func SamplesPlan(ctx context.Context, s *Store, g redrive.ErrorGroup) (string, e
 
 // ClaimBuffers runs the claim statement of req in a transaction it rolls
 // back, once from the head of items_ready and once resuming at the item
-// (priority, orderAt, id), and returns the shared buffers each read.
-func ClaimBuffers(ctx context.Context, s *Store, req redrive.ClaimRequest, priority int, orderAt time.Time, id int64) (head, resumed int, err error) {
-	run := func(from *readyKey) (int, error) {
+// (priority, orderAt, id), and returns the shared buffers each one's walk
+// read (the subquery that picks and locks the rows, without the update of
+// them, whose index entries and triggers read what they read wherever
+// the walk started) and each one's plan as it ran, one node a line (see
+// planNodes).
+func ClaimBuffers(ctx context.Context, s *Store, req redrive.ClaimRequest, priority int, orderAt time.Time, id int64) (head, resumed int, headPlan, resumedPlan string, err error) {
+	run := func(from *readyKey) (int, string, error) {
 		var n int
+		var plan string
 		err := pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			if _, err := tx.Exec(ctx, planSettings); err != nil {
 				return err
@@ -112,22 +117,65 @@ func ClaimBuffers(ctx context.Context, s *Store, req redrive.ClaimRequest, prior
 			if len(plans) != 1 || len(plans[0]) != 1 {
 				return fmt.Errorf("unexpected EXPLAIN output %v", plans)
 			}
-			plan, _ := plans[0][0]["Plan"].(map[string]any)
-			hit, _ := plan["Shared Hit Blocks"].(float64)
-			read, _ := plan["Shared Read Blocks"].(float64)
-			n = int(hit + read)
+			top, _ := plans[0][0]["Plan"].(map[string]any)
+			n = walkBlocks(top)
+			var b strings.Builder
+			planNodes(&b, top, 0)
+			plan = b.String()
 			return errRollback
 		})
 		if errors.Is(err, errRollback) {
 			err = nil
 		}
-		return n, err
+		return n, plan, err
 	}
-	if head, err = run(nil); err != nil {
-		return 0, 0, err
+	if head, headPlan, err = run(nil); err != nil {
+		return 0, 0, "", "", err
 	}
-	resumed, err = run(&readyKey{priority, orderAt.Truncate(time.Microsecond), id})
-	return head, resumed, err
+	resumed, resumedPlan, err = run(&readyKey{priority, orderAt.Truncate(time.Microsecond), id})
+	return head, resumed, headPlan, resumedPlan, err
+}
+
+// blocks is the shared buffers a node of an EXPLAIN (ANALYZE, BUFFERS)
+// plan read, its children's included.
+func blocks(node map[string]any) int {
+	hit, _ := node["Shared Hit Blocks"].(float64)
+	read, _ := node["Shared Read Blocks"].(float64)
+	return int(hit + read)
+}
+
+// walkBlocks is the shared buffers that the initial plans under a plan's
+// top node read: in a claim, the walk that picks the rows to update.
+func walkBlocks(top map[string]any) int {
+	var n int
+	children, _ := top["Plans"].([]any)
+	for _, c := range children {
+		if c, ok := c.(map[string]any); ok && c["Parent Relationship"] == "InitPlan" {
+			n += blocks(c)
+		}
+	}
+	return n
+}
+
+// planNodes writes node and its children, one a line: its type, what it
+// reads, the rows it returned over its loops and the buffers it read.
+func planNodes(b *strings.Builder, node map[string]any, depth int) {
+	b.WriteString(strings.Repeat("  ", depth))
+	fmt.Fprint(b, node["Node Type"])
+	for _, k := range []string{"Subplan Name", "CTE Name", "Index Name", "Relation Name"} {
+		if v, ok := node[k].(string); ok {
+			fmt.Fprintf(b, " %s=%s", k, v)
+		}
+	}
+	rows, _ := node["Actual Rows"].(float64)
+	loops, _ := node["Actual Loops"].(float64)
+	fmt.Fprintf(b, " rows=%.0f loops=%.0f buffers=%d\n", rows, loops, blocks(node))
+	children, _ := node["Plans"].([]any)
+	for _, c := range children {
+		if c, ok := c.(map[string]any); ok {
+			planNodes(b, c, depth+1)
+		}
+	}
 }
 
 var errRollback = errors.New("roll back")
