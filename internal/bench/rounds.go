@@ -29,28 +29,13 @@ type RoundsResult struct {
 	Relations [][]RelationSize `json:"relations,omitempty"`
 	// Ratio is the last round's work rate over the first round's.
 	Ratio float64 `json:"last_over_first"`
-	// Audited is, with one stage, the audited bare loop's rate (see
-	// Audited) measured on the same server or file right after each round,
-	// on tables of its own made afresh: what the machine allowed at that
-	// moment, apart from what the store had worked before.
-	Audited []float64 `json:"audited,omitempty"`
-	// AuditedRatio is the last round's work over its audited loop, over
-	// the same fraction of the first round: Ratio with the machine's own
-	// changes from round to round taken out.
-	AuditedRatio float64 `json:"last_over_first_of_audited,omitempty"`
 }
-
-// roundsAudited is how many jobs the audited loop works after each round
-// at most: enough for a few seconds of its rate, a fraction of a round.
-const roundsAudited = 200000
 
 // Rounds works items no-op items (see Noop) rounds times on store, whose
 // succeeded items retention deletes as they finish (Config.Retention 1 ns,
 // checked every second), and measures each round, the database's size
 // after it (in PostgreSQL schema schema) and the succeeded items still
-// held. With one stage, the audited bare loop runs after each round (see
-// RoundsResult.Audited). A non-nil progress is told of each round as it
-// ends.
+// held. A non-nil progress is told of each round as it ends.
 func Rounds(ctx context.Context, store redrive.Store, schema string, progress io.Writer, rounds, items, stages, workers, batch int) (RoundsResult, error) {
 	var rs RoundsResult
 	for range rounds {
@@ -60,13 +45,6 @@ func Rounds(ctx context.Context, store redrive.Store, schema string, progress io
 		}
 		rs.Rounds = append(rs.Rounds, r)
 		rs.Processed += items
-		if stages == 1 {
-			a, _, err := Audited(ctx, store, schema, min(items, roundsAudited), Batch(batch, workers), AuditedLoops, []byte(`{}`))
-			if err != nil {
-				return rs, err
-			}
-			rs.Audited = append(rs.Audited, a)
-		}
 		size, err := dbSize(ctx, store, schema)
 		if err != nil {
 			return rs, err
@@ -85,24 +63,12 @@ func Rounds(ctx context.Context, store redrive.Store, schema string, progress io
 			rs.Relations = append(rs.Relations, rels)
 		}
 		if progress != nil {
-			printRound(progress, len(rs.Rounds)-1, r, size, held, rs.audited(len(rs.Rounds)-1))
+			printRound(progress, len(rs.Rounds)-1, r, size, held)
 			printRelations(progress, rels)
 		}
 	}
-	last := len(rs.Rounds) - 1
-	rs.Ratio = rs.Rounds[last].ItemsPerSecond / rs.Rounds[0].ItemsPerSecond
-	if len(rs.Audited) == len(rs.Rounds) {
-		rs.AuditedRatio = rs.Ratio * rs.Audited[0] / rs.Audited[last]
-	}
+	rs.Ratio = rs.Rounds[len(rs.Rounds)-1].ItemsPerSecond / rs.Rounds[0].ItemsPerSecond
 	return rs, nil
-}
-
-// audited is round i's audited rate, 0 when it was not measured.
-func (rs RoundsResult) audited(i int) float64 {
-	if i < len(rs.Audited) {
-		return rs.Audited[i]
-	}
-	return 0
 }
 
 // PrintRounds writes rs, measured on store, as `redrive bench --rounds`
@@ -110,27 +76,17 @@ func (rs RoundsResult) audited(i int) float64 {
 func PrintRounds(w io.Writer, store string, rs RoundsResult) {
 	fmt.Fprintf(w, "store              %s\n", store)
 	for i, r := range rs.Rounds {
-		printRound(w, i, r, rs.Sizes[i], rs.Held[i], rs.audited(i))
+		printRound(w, i, r, rs.Sizes[i], rs.Held[i])
 		if i < len(rs.Relations) {
 			printRelations(w, rs.Relations[i])
 		}
 	}
-	fmt.Fprintf(w, "processed          %d items; last round / first round: %.2f", rs.Processed, rs.Ratio)
-	if rs.AuditedRatio > 0 {
-		fmt.Fprintf(w, "; of work / audited: %.2f", rs.AuditedRatio)
-	}
-	fmt.Fprintln(w)
+	fmt.Fprintf(w, "processed          %d items; last round / first round: %.2f\n", rs.Processed, rs.Ratio)
 }
 
-// printRound writes round i; audited is the audited loop's rate after it,
-// 0 when not measured.
-func printRound(w io.Writer, i int, r Result, size int64, held int, audited float64) {
-	fmt.Fprintf(w, "round %-3d          insert %.0f items/s  work %.0f items/s  %.0f stage completions/s  database %.1f MB  succeeded held %d  µs CPU per item %.1f here + %.1f server",
+func printRound(w io.Writer, i int, r Result, size int64, held int) {
+	fmt.Fprintf(w, "round %-3d          insert %.0f items/s  work %.0f items/s  %.0f stage completions/s  database %.1f MB  succeeded held %d  µs CPU per item %.1f here + %.1f server\n",
 		i+1, r.InsertPerSecond, r.ItemsPerSecond, r.StageCompletionsPS, float64(size)/1e6, held, r.Engine.ProcessCPU, r.Engine.ServerCPU)
-	if audited > 0 {
-		fmt.Fprintf(w, "  audited %.0f items/s (work / audited %.2f)", audited, r.ItemsPerSecond/audited)
-	}
-	fmt.Fprintln(w)
 }
 
 // RelationSize is the size of one relation of a PostgreSQL schema: its
