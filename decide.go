@@ -24,6 +24,7 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 	finished := AttemptFinished{Pipeline: it.Pipeline, Stage: it.Stage, RunID: it.RunID, ItemID: it.ID,
 		Attempt: number, Duration: end.Sub(start)}
 	abortReason, aborted := e.abortedRun(it.RunID)
+	var next Event // the event after finished, if any
 
 	switch {
 	case err == nil:
@@ -45,8 +46,7 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 			c.Reason = &Reason{Stage: c.Stage, Class: ClassCanceled, Error: abortReason, At: end}
 		} else {
 			c.State = StateSucceeded
-			t.events = append(t.events, ItemSucceeded{Pipeline: it.Pipeline, RunID: it.RunID, ItemID: it.ID,
-				EnqueuedAt: it.EnqueuedAt, At: end})
+			next = ItemSucceeded{Pipeline: it.Pipeline, RunID: it.RunID, ItemID: it.ID, EnqueuedAt: it.EnqueuedAt, At: end}
 		}
 	default:
 		msg := errorMessage(err)
@@ -127,7 +127,7 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 				reason = fmt.Sprintf("attempt cap of %d across stages reached: %s", c.FailedAttempts, msg)
 			}
 			c.Reason = &Reason{Stage: it.Stage, Class: class, Error: reason, Attempts: c.Attempt, At: end}
-			t.events = append(t.events, DeadLettered{Pipeline: it.Pipeline, RunID: it.RunID, ItemID: it.ID, Reason: *c.Reason})
+			next = DeadLettered{Pipeline: it.Pipeline, RunID: it.RunID, ItemID: it.ID, Reason: *c.Reason}
 		case aborted:
 			c.State = StateCanceled
 			c.Reason = &Reason{Stage: it.Stage, Class: ClassCanceled, Error: abortReason, Attempts: c.Attempt, At: end}
@@ -135,14 +135,24 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 			c.State = StatePending
 			c.NextAt = end.Add(rec.Delay)
 			finished.Delay = rec.Delay
-			t.events = append(t.events, RetryScheduled{Pipeline: it.Pipeline, Stage: it.Stage, RunID: it.RunID, ItemID: it.ID,
-				Attempt: number, Delay: rec.Delay, RateLimited: rec.Outcome == OutcomeRateLimited})
+			next = RetryScheduled{Pipeline: it.Pipeline, Stage: it.Stage, RunID: it.RunID, ItemID: it.ID,
+				Attempt: number, Delay: rec.Delay, RateLimited: rec.Outcome == OutcomeRateLimited}
 		}
 	}
-	finished.Outcome, finished.Class, finished.Error = rec.Outcome, rec.Class, rec.Error
 	c.Record = rec
 	t.comp = c
-	t.events = append([]Event{finished}, t.events...)
+	if len(e.cfg.Observers) == 0 {
+		// Nobody would see the events: an item's two would cost more to
+		// build than the rest of its decision.
+		return
+	}
+	finished.Outcome, finished.Class, finished.Error = rec.Outcome, rec.Class, rec.Error
+	evs := make([]Event, 0, 2+len(t.events))
+	evs = append(evs, finished)
+	if next != nil {
+		evs = append(evs, next)
+	}
+	t.events = append(evs, t.events...)
 }
 
 // maxAttempts is p.MaxAttempts, or 0 (no cap) for an unknown pipeline.
