@@ -94,7 +94,11 @@ type Limiter struct {
 	window   atomic.Int64
 	inflight atomic.Int64
 	mu       sync.Mutex
-	widened  chan struct{} // closed and replaced when the window widens or a call ends
+	widened  chan struct{} // closed and replaced when the window widens or a call ends, if waited on
+	// waited is whether a caller took widened to wait on since it was
+	// last replaced: a signal with no waiter leaves the channel as it is,
+	// so that calls in slow start allocate nothing. Guarded by mu.
+	waited bool
 
 	sleepHook func(context.Context, time.Duration) error // tests: sleep in the test's time
 }
@@ -376,7 +380,10 @@ func (l *Limiter) enterWindow(ctx context.Context) error {
 		}
 		l.mu.Lock()
 		ch := l.widened
+		l.waited = true
 		l.mu.Unlock()
+		// Looked at again after taking the channel: a call that ended
+		// before this line is seen here, one that ends after it closes ch.
 		if l.inflight.Load() < l.window.Load() || !l.slow.Load() {
 			continue
 		}
@@ -395,8 +402,11 @@ func (l *Limiter) leaveWindow() {
 
 func (l *Limiter) signal() {
 	l.mu.Lock()
-	close(l.widened)
-	l.widened = make(chan struct{})
+	if l.waited {
+		close(l.widened)
+		l.widened = make(chan struct{})
+		l.waited = false
+	}
 	l.mu.Unlock()
 }
 

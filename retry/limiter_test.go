@@ -662,3 +662,38 @@ func rampDelay(l *Limiter, now int64) int64 {
 	d, _ := l.reserveRamp(now, true)
 	return d
 }
+
+// TestLimiterWindowWakesEveryWaiter: callers that wait for room in slow
+// start's window are all let in as calls end, though an ending call
+// wakes anyone only when someone waits (a lost wake-up would leave a
+// caller waiting for good).
+func TestLimiterWindowWakesEveryWaiter(t *testing.T) {
+	t.Parallel()
+	const trials, callers, calls = 1000, 8, 5
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for range trials {
+			l := NewLimiter(LimiterOptions{InitialRate: -1, InitialWindow: 1})
+			var wg sync.WaitGroup
+			for range callers {
+				wg.Go(func() {
+					for range calls {
+						p, err := l.Wait(context.Background())
+						if err != nil {
+							t.Error(err)
+							return
+						}
+						p.Done()
+					}
+				})
+			}
+			wg.Wait()
+		}
+	}()
+	select {
+	case <-done:
+	case <-time.After(2 * time.Minute):
+		t.Fatal("callers still waiting for the window after 2 minutes")
+	}
+}
