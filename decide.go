@@ -24,7 +24,9 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 	finished := AttemptFinished{Pipeline: it.Pipeline, Stage: it.Stage, RunID: it.RunID, ItemID: it.ID,
 		Attempt: number, Duration: end.Sub(start)}
 	abortReason, aborted := e.abortedRun(it.RunID)
-	var next Event // the event after finished, if any
+	// next makes the event after finished, if any: made only for
+	// observers, as boxing it costs an allocation.
+	var next func() Event
 
 	switch {
 	case err == nil:
@@ -46,7 +48,9 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 			c.Reason = &Reason{Stage: c.Stage, Class: ClassCanceled, Error: abortReason, At: end}
 		} else {
 			c.State = StateSucceeded
-			next = ItemSucceeded{Pipeline: it.Pipeline, RunID: it.RunID, ItemID: it.ID, EnqueuedAt: it.EnqueuedAt, At: end}
+			next = func() Event {
+				return ItemSucceeded{Pipeline: it.Pipeline, RunID: it.RunID, ItemID: it.ID, EnqueuedAt: it.EnqueuedAt, At: end}
+			}
 		}
 	default:
 		msg := errorMessage(err)
@@ -127,7 +131,9 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 				reason = fmt.Sprintf("attempt cap of %d across stages reached: %s", c.FailedAttempts, msg)
 			}
 			c.Reason = &Reason{Stage: it.Stage, Class: class, Error: reason, Attempts: c.Attempt, At: end}
-			next = DeadLettered{Pipeline: it.Pipeline, RunID: it.RunID, ItemID: it.ID, Reason: *c.Reason}
+			next = func() Event {
+				return DeadLettered{Pipeline: it.Pipeline, RunID: it.RunID, ItemID: it.ID, Reason: *c.Reason}
+			}
 		case aborted:
 			c.State = StateCanceled
 			c.Reason = &Reason{Stage: it.Stage, Class: ClassCanceled, Error: abortReason, Attempts: c.Attempt, At: end}
@@ -135,8 +141,10 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 			c.State = StatePending
 			c.NextAt = end.Add(rec.Delay)
 			finished.Delay = rec.Delay
-			next = RetryScheduled{Pipeline: it.Pipeline, Stage: it.Stage, RunID: it.RunID, ItemID: it.ID,
-				Attempt: number, Delay: rec.Delay, RateLimited: rec.Outcome == OutcomeRateLimited}
+			next = func() Event {
+				return RetryScheduled{Pipeline: it.Pipeline, Stage: it.Stage, RunID: it.RunID, ItemID: it.ID,
+					Attempt: number, Delay: rec.Delay, RateLimited: rec.Outcome == OutcomeRateLimited}
+			}
 		}
 	}
 	c.Record = rec
@@ -150,7 +158,7 @@ func (e *engine) decide(t *task, p retry.Policy, out []byte, err error, o retry.
 	evs := make([]Event, 0, 2+len(t.events))
 	evs = append(evs, finished)
 	if next != nil {
-		evs = append(evs, next)
+		evs = append(evs, next())
 	}
 	t.events = append(evs, t.events...)
 }
