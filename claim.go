@@ -228,7 +228,8 @@ func (e *engine) claimBatch(req ClaimRequest, now time.Time) (int, error) {
 	ts := make([]*task, len(leases))
 	lost := 0
 	e.mu.Lock()
-	for i, l := range leases {
+	for i := range leases {
+		l := &leases[i]
 		t := &task{lease: l, stage: -1}
 		if p := e.pipelines[l.Item.Pipeline]; p != nil {
 			t.pipeline = p

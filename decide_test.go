@@ -14,7 +14,7 @@ import (
 func decideTask() *task {
 	p := &Pipeline{Name: "p", Stages: []Stage{{Name: "s", Handle: func(context.Context, *Item) ([]byte, error) { return nil, nil }}}}
 	p.hashes = []string{p.Stages[0].ConfigHash()}
-	return &task{pipeline: p, stage: 0, lease: Lease{Token: 1, Item: Item{ID: 7, RunID: 3, Pipeline: "p", Stage: "s"}}}
+	return &task{pipeline: p, stage: 0, lease: &Lease{Token: 1, Item: Item{ID: 7, RunID: 3, Pipeline: "p", Stage: "s"}}}
 }
 
 // An attempt's events are built for the observers; with none, the decision

@@ -91,7 +91,10 @@ type engine struct {
 
 // task is one leased item on its way through a worker and the completer.
 type task struct {
-	lease    Lease
+	// lease is the task's lease, in the slice that the claim returned
+	// (not copied: a lease is about 400 bytes, and an item's task is most
+	// of what the engine allocates for it).
+	lease    *Lease
 	pipeline *Pipeline
 	stage    int // index in pipeline.Stages, -1 when unknown
 	comp     Completion

@@ -910,7 +910,7 @@ func (c *Client) SettleExternal(ctx context.Context, worker string, results []Ex
 // this process handed the lease out and traces.
 func (e *engine) externalTask(ctx context.Context, ref LeaseRef) (_ *task, admitted bool, span trace.Span, _ error) {
 	if l := e.ext.take(ref); l != nil {
-		return &task{lease: Lease{Item: l.item, Token: l.token}, pipeline: l.pipeline, stage: l.stage,
+		return &task{lease: &Lease{Item: l.item, Token: l.token}, pipeline: l.pipeline, stage: l.stage,
 			flow: l.flow, permit: l.permit, probe: l.probe, started: l.started, startedAt: l.started}, l.admitted, l.span, nil
 	}
 	it, err := e.store.GetItem(ctx, ref.ItemID)
@@ -933,7 +933,7 @@ func (e *engine) externalTask(ctx context.Context, ref LeaseRef) (_ *task, admit
 	}
 	// No permit or breaker admission was taken here: the result still
 	// tells the flow about the dependency (a push back closes its gate).
-	return &task{lease: Lease{Item: it, Token: ref.Token}, pipeline: p, stage: si, flow: e.flows[StageKey{Pipeline: p.Name, Stage: it.Stage}],
+	return &task{lease: &Lease{Item: it, Token: ref.Token}, pipeline: p, stage: si, flow: e.flows[StageKey{Pipeline: p.Name, Stage: it.Stage}],
 		started: started, startedAt: started}, false, nil, nil
 }
 

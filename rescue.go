@@ -36,7 +36,8 @@ func (e *engine) rescue() int {
 	batch := make([]*task, 0, len(leases))
 	lost, unstarted := 0, 0
 	e.mu.Lock()
-	for _, l := range leases {
+	for i := range leases {
+		l := &leases[i]
 		t := &task{lease: l, stage: -1}
 		p := e.pipelines[l.Item.Pipeline]
 		var pol retry.Policy
