@@ -113,22 +113,14 @@ afterwards, unless --pg-schema is given.`,
 					return err
 				}
 				r.Store = redactURL(url)
-				if asJSON {
-					return writeJSON(cmd.OutOrStdout(), r)
-				}
-				bench.PrintStart(cmd.OutOrStdout(), r)
-				return nil
+				return benchOutput(cmd, asJSON, r, bench.PrintStart)
 			case bench.ShapeDeaths:
 				r, err := bench.Deaths(ctx, store, schema, items, workers, batch)
 				if err != nil {
 					return err
 				}
 				r.Store = redactURL(url)
-				if asJSON {
-					return writeJSON(cmd.OutOrStdout(), r)
-				}
-				bench.PrintDeaths(cmd.OutOrStdout(), r)
-				return nil
+				return benchOutput(cmd, asJSON, r, bench.PrintDeaths)
 			case bench.ShapeReal:
 				real.Items, real.Stages, real.Workers, real.Batch = items, stages, workers, batch
 				real.Waiting = int(float64(items) * waiting)
@@ -138,11 +130,7 @@ afterwards, unless --pg-schema is given.`,
 					return err
 				}
 				r.Store = redactURL(url)
-				if asJSON {
-					return writeJSON(cmd.OutOrStdout(), r)
-				}
-				bench.PrintReal(cmd.OutOrStdout(), r)
-				return nil
+				return benchOutput(cmd, asJSON, r, bench.PrintReal)
 			}
 			if shape == bench.ShapeBacklog {
 				waitingN := int(float64(items) * waiting)
@@ -151,11 +139,7 @@ afterwards, unless --pg-schema is given.`,
 					return err
 				}
 				r.Store = redactURL(url)
-				if asJSON {
-					return writeJSON(cmd.OutOrStdout(), r)
-				}
-				bench.PrintBacklog(cmd.OutOrStdout(), r)
-				return nil
+				return benchOutput(cmd, asJSON, r, bench.PrintBacklog)
 			}
 			if rounds > 1 {
 				rs, err := bench.Rounds(ctx, store, schema, cmd.ErrOrStderr(), rounds, items, stages, workers, batch)
@@ -174,11 +158,7 @@ afterwards, unless --pg-schema is given.`,
 				return err
 			}
 			res.Store = redactURL(url)
-			if asJSON {
-				return writeJSON(cmd.OutOrStdout(), res)
-			}
-			bench.PrintNoop(cmd.OutOrStdout(), res)
-			return nil
+			return benchOutput(cmd, asJSON, res, bench.PrintNoop)
 		},
 	}
 	cmd.Flags().IntVar(&items, "items", 100000, "items to enqueue")
@@ -246,4 +226,13 @@ func benchDatabase(cmd *cobra.Command) (url string, cleanup func(), err error) {
 		return "", nil, err
 	}
 	return "sqlite:" + filepath.Join(dir, "bench.db"), func() { os.RemoveAll(dir) }, nil
+}
+
+// benchOutput writes a bench result r as JSON, or as print writes it.
+func benchOutput[T any](cmd *cobra.Command, asJSON bool, r T, print func(io.Writer, T)) error {
+	if asJSON {
+		return writeJSON(cmd.OutOrStdout(), r)
+	}
+	print(cmd.OutOrStdout(), r)
+	return nil
 }
