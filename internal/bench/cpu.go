@@ -16,14 +16,15 @@ import (
 
 // cpuMeter measures the CPU time a phase of a benchmark costs: this
 // process's, and on PostgreSQL on the same host, the server backends'
-// that serve the benchmark's schema. It reads /proc, so it measures on
-// Linux only and reports 0 elsewhere.
+// that serve this process (its store's pool, the store's own VACUUMs and
+// retention included). It reads /proc, so it measures on Linux only and
+// reports 0 elsewhere.
 type cpuMeter struct {
-	conn   *pgx.Conn // apart from the store's pool, whose statements it finds
+	conn   *pgx.Conn // apart from the store's pool, so as not to count itself
 	pg     *postgres.Store
 	schema string
 	self   time.Duration
-	server map[int]time.Duration // by backend PID
+	server map[int]time.Duration // every client backend of the database, by PID
 }
 
 // clockTick is the unit of the CPU times in /proc/PID/stat (USER_HZ,
@@ -56,27 +57,83 @@ func procCPU(pid string) (time.Duration, bool) {
 	return time.Duration(u+k) * clockTick, true
 }
 
-// backends returns the PIDs of the server processes whose last statement
-// named schema: the connections of this benchmark's pool. It asks on a
-// connection of its own: a pool connection that asked would show this
-// question as its last statement, and be missed.
-func (m *cpuMeter) backends(ctx context.Context) []int {
+// backend is a client backend of the store's database.
+type backend struct {
+	pid  int
+	ours bool // it serves this process
+}
+
+// backends returns the client backends of the store's database but the
+// meter's own, and which of them serve this process: those whose client
+// port is the local port of one of this process's TCP sockets, or, for a
+// connection over a Unix socket, which has no port, those whose last
+// statement named schema.
+//
+// The last statement alone, which this meter went by before, misses a
+// pool connection whose last statement was a COMMIT or a setting, and
+// counted the whole life of such a backend in the phase at whose end it
+// next named the schema: with one store across the rounds of --rounds,
+// a round's server CPU per item read twice and three times the others'.
+func (m *cpuMeter) backends(ctx context.Context) []backend {
 	if m.conn == nil {
 		return nil
 	}
-	rows, err := m.conn.Query(ctx, `SELECT pid FROM pg_stat_activity WHERE position($1 in query) > 0`, m.schema)
+	rows, err := m.conn.Query(ctx, `SELECT pid, coalesce(client_port, -1), position($1 in coalesce(query, '')) > 0
+		FROM pg_stat_activity
+		WHERE datname = current_database() AND backend_type = 'client backend' AND pid <> pg_backend_pid()`, m.schema)
 	if err != nil {
 		return nil
 	}
 	defer rows.Close()
-	var pids []int
+	ports := ownPorts()
+	var bs []backend
 	for rows.Next() {
-		var pid int
-		if rows.Scan(&pid) == nil {
-			pids = append(pids, pid)
+		var pid, port int
+		var named bool
+		if rows.Scan(&pid, &port, &named) == nil {
+			bs = append(bs, backend{pid: pid, ours: ports[port] || (port < 0 && named)})
 		}
 	}
-	return pids
+	return bs
+}
+
+// ownPorts returns the local ports of this process's TCP sockets, read
+// from /proc: the sockets among its open files, found by inode in the
+// network namespace's tables of TCP sockets.
+func ownPorts() map[int]bool {
+	ports := map[int]bool{}
+	fds, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		return ports
+	}
+	inodes := map[string]bool{}
+	for _, fd := range fds {
+		l, err := os.Readlink("/proc/self/fd/" + fd.Name())
+		if err == nil && strings.HasPrefix(l, "socket:[") && strings.HasSuffix(l, "]") {
+			inodes[l[len("socket:["):len(l)-1]] = true
+		}
+	}
+	for _, table := range []string{"/proc/self/net/tcp", "/proc/self/net/tcp6"} {
+		b, err := os.ReadFile(table)
+		if err != nil {
+			continue
+		}
+		// Each line after the header: sl, local address:port (hex),
+		// remote address:port, state, queues, timer, retransmits, uid,
+		// timeout, inode.
+		lines := strings.Split(string(b), "\n")
+		for _, line := range lines[min(1, len(lines)):] {
+			f := strings.Fields(line)
+			if len(f) < 10 || !inodes[f[9]] {
+				continue
+			}
+			i := strings.LastIndexByte(f[1], ':')
+			if p, err := strconv.ParseUint(f[1][i+1:], 16, 16); err == nil {
+				ports[int(p)] = true
+			}
+		}
+	}
+	return ports
 }
 
 // startCPU starts measuring.
@@ -88,18 +145,20 @@ func startCPU(ctx context.Context, store redrive.Store, schema string) *cpuMeter
 		if c, err := pgx.ConnectConfig(ctx, pg.Pool().Config().ConnConfig.Copy()); err == nil {
 			m.conn = c
 		}
-		for _, pid := range m.backends(ctx) {
-			if d, ok := procCPU(strconv.Itoa(pid)); ok {
-				m.server[pid] = d
+		// Every backend, not only this process's: which serve it is
+		// asked at the end, when the pool may have connected others.
+		for _, b := range m.backends(ctx) {
+			if d, ok := procCPU(strconv.Itoa(b.pid)); ok {
+				m.server[b.pid] = d
 			}
 		}
 	}
 	return m
 }
 
-// stop returns the CPU time this process and the schema's backends spent
-// since startCPU. A backend that connected in between counts from its
-// start; one that disconnected is not counted.
+// stop returns the CPU time this process and the backends serving it
+// spent since startCPU. A backend that connected in between counts from
+// its start; one that disconnected is not counted.
 func (m *cpuMeter) stop(ctx context.Context) (self, server time.Duration) {
 	now, _ := procCPU("self")
 	self = now - m.self
@@ -111,9 +170,12 @@ func (m *cpuMeter) stop(ctx context.Context) (self, server time.Duration) {
 			_ = m.conn.Close(ctx)
 		}
 	}()
-	for _, pid := range m.backends(ctx) {
-		if d, ok := procCPU(strconv.Itoa(pid)); ok {
-			server += d - m.server[pid]
+	for _, b := range m.backends(ctx) {
+		if !b.ours {
+			continue
+		}
+		if d, ok := procCPU(strconv.Itoa(b.pid)); ok {
+			server += d - m.server[b.pid]
 		}
 	}
 	return self, server
