@@ -43,7 +43,8 @@ with one UPDATE ... FOR UPDATE SKIP LOCKED statement (SQLite: in a write
 transaction) and then, in one transaction, mark them done and insert one
 attempt row each. It prints the engine's rate as a fraction of that loop's, and
 where an item's time went for both: CPU of this process and of the PostgreSQL
-backends, time in claims and completions, batch sizes. On PostgreSQL it also
+backends that serve it (on the same host, found by their client ports), time
+in claims and completions, batch sizes. On PostgreSQL it also
 prints COPY and the older bare SQL queue (no attempts, no fencing).
 
 Without --db it uses a fresh SQLite file in a temporary directory, never the

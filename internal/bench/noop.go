@@ -194,7 +194,8 @@ func PrintNoop(w io.Writer, res Result) {
 }
 
 // Noop enqueues and works a no-op pipeline on store (of PostgreSQL
-// schema schema, whose backends' CPU time it measures). A positive
+// schema schema) and measures the CPU time of this process and of the
+// backends serving it (see cpuMeter). A positive
 // retention deletes succeeded items that long after they succeeded,
 // checking every second. A non-nil profile receives a CPU profile of the
 // work, from Start until the last stage completion.
