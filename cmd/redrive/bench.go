@@ -177,7 +177,7 @@ afterwards, unless --pg-schema is given.`,
 	cmd.Flags().IntVar(&claimLimit, "claim-limit", 100, "--shape backlog: items per timed claim")
 	cmd.Flags().IntVar(&samples, "samples", 200, "--shape backlog: timed claims per measurement")
 	cmd.Flags().IntVar(&insertRoundsN, "insert-rounds", 5, "--shape noop on PostgreSQL: after the run, measure the insert against COPY this many times more, alternated, in a scratch schema, and print the median ratio (0: skip)")
-	cmd.Flags().IntVar(&rounds, "rounds", 1, "--shape noop: work --items this many times on the same store, deleting succeeded items as they finish, and compare the last round with the first")
+	cmd.Flags().IntVar(&rounds, "rounds", 1, "--shape noop: work --items this many times on the same store, deleting succeeded items as they finish, and compare the last round with the first (rate, and CPU per item)")
 	cmd.Flags().IntVar(&vacuumAfter, "vacuum-after", 0, "PostgreSQL: items retention deletes between two of the store's own VACUUMs (0: the store's default, 500000; negative: none, autovacuum alone)")
 	cmd.Flags().IntVar(&real.Procs, "procs", 1, "--shape real: worker processes, this one included (PostgreSQL)")
 	cmd.Flags().IntVar(&real.Payload, "payload", 1024, "--shape real: payload bytes per item")

@@ -29,6 +29,12 @@ type RoundsResult struct {
 	Relations [][]RelationSize `json:"relations,omitempty"`
 	// Ratio is the last round's work rate over the first round's.
 	Ratio float64 `json:"last_over_first"`
+	// CPURatio is the last round's CPU time per item worked, this
+	// process's and the server backends' serving it together, over the
+	// first round's: what working an item costs on the aged store against
+	// the new one, apart from how much CPU the machine gave each round.
+	// 0 where the CPU time could not be read.
+	CPURatio float64 `json:"cpu_per_item_last_over_first,omitempty"`
 }
 
 // Rounds works items no-op items (see Noop) rounds times on store, whose
@@ -67,7 +73,11 @@ func Rounds(ctx context.Context, store redrive.Store, schema string, progress io
 			printRelations(progress, rels)
 		}
 	}
+	first, last := rs.Rounds[0].Engine, rs.Rounds[len(rs.Rounds)-1].Engine
 	rs.Ratio = rs.Rounds[len(rs.Rounds)-1].ItemsPerSecond / rs.Rounds[0].ItemsPerSecond
+	if c := first.ProcessCPU + first.ServerCPU; c > 0 {
+		rs.CPURatio = (last.ProcessCPU + last.ServerCPU) / c
+	}
 	return rs, nil
 }
 
@@ -81,7 +91,11 @@ func PrintRounds(w io.Writer, store string, rs RoundsResult) {
 			printRelations(w, rs.Relations[i])
 		}
 	}
-	fmt.Fprintf(w, "processed          %d items; last round / first round: %.2f\n", rs.Processed, rs.Ratio)
+	fmt.Fprintf(w, "processed          %d items; last round / first round: %.2f", rs.Processed, rs.Ratio)
+	if rs.CPURatio > 0 {
+		fmt.Fprintf(w, "; CPU per item, last / first: %.2f", rs.CPURatio)
+	}
+	fmt.Fprintln(w)
 }
 
 func printRound(w io.Writer, i int, r Result, size int64, held int) {
