@@ -69,6 +69,13 @@ func TestBenchRoundsSize(t *testing.T) {
 	if empty := newSQLiteSize(t); rs.Sizes[0] <= empty {
 		t.Errorf("database after round 1: %d bytes, not more than a new store's %d", rs.Sizes[0], empty)
 	}
+	// Every item allocates (its task and lease at least), and no heap
+	// object is smaller than 8 bytes.
+	for i, rd := range rs.Rounds {
+		if c := rd.Engine; c.Allocs < 2 || c.Bytes < 8*c.Allocs {
+			t.Errorf("round %d: %.1f allocations and %.0f bytes per item", i+1, c.Allocs, c.Bytes)
+		}
+	}
 	if len(rs.Held) != 2 || rs.Held[0] < 0 || rs.Held[0] > 200 || rs.Held[1] < 0 || rs.Held[1] > 400 {
 		t.Errorf("succeeded items held after the rounds: %v, want 2 counts of at most 200 and 400", rs.Held)
 	}

@@ -368,8 +368,9 @@ func auditedRun(ctx context.Context, store redrive.Store, schema string, n, loop
 	if err != nil {
 		return 0, Cost{}, fmt.Errorf("bench: audited bare loop: %w", err)
 	}
-	self, server := meter.stop(ctx)
 	c := timer.cost(n)
+	meter.allocs(&c, n)
+	self, server := meter.stop(ctx)
 	c.ProcessCPU, c.ServerCPU = perItem(self, n), perItem(server, n)
 	return float64(n) / elapsed.Seconds(), c, nil
 }

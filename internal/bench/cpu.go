@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -25,6 +26,9 @@ type cpuMeter struct {
 	schema string
 	self   time.Duration
 	server map[int]time.Duration // every client backend of the database, by PID
+	// The process's heap allocations so far, objects and bytes
+	// (runtime.MemStats.Mallocs and TotalAlloc).
+	mallocs, bytes uint64
 }
 
 // clockTick is the unit of the CPU times in /proc/PID/stat (USER_HZ,
@@ -136,10 +140,28 @@ func ownPorts() map[int]bool {
 	return ports
 }
 
+// heapAllocs are the heap allocations this process made so far: objects
+// and bytes.
+func heapAllocs() (mallocs, bytes uint64) {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.Mallocs, ms.TotalAlloc
+}
+
+// allocs sets c's allocations per item, of n items, from those made since
+// startCPU.
+func (m *cpuMeter) allocs(c *Cost, n int) {
+	mallocs, bytes := heapAllocs()
+	if n > 0 {
+		c.Allocs, c.Bytes = float64(mallocs-m.mallocs)/float64(n), float64(bytes-m.bytes)/float64(n)
+	}
+}
+
 // startCPU starts measuring.
 func startCPU(ctx context.Context, store redrive.Store, schema string) *cpuMeter {
 	m := &cpuMeter{schema: schema, server: map[int]time.Duration{}}
 	m.self, _ = procCPU("self")
+	m.mallocs, m.bytes = heapAllocs()
 	if pg, ok := store.(*postgres.Store); ok {
 		m.pg = pg
 		if c, err := pgx.ConnectConfig(ctx, pg.Pool().Config().ConnConfig.Copy()); err == nil {
@@ -201,6 +223,10 @@ type Cost struct {
 	// leased any and per complete call.
 	ClaimBatch    float64 `json:"mean_claim_batch"`
 	CompleteBatch float64 `json:"mean_complete_batch"`
+	// Allocs and Bytes are this process's heap allocations per item, in
+	// objects and bytes: what its garbage collector has to chase.
+	Allocs float64 `json:"allocs_per_item,omitempty"`
+	Bytes  float64 `json:"alloc_bytes_per_item,omitempty"`
 }
 
 // callTimer is a store that sums the wall time of its Claim and Complete

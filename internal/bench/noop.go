@@ -134,7 +134,8 @@ func NoopWithLimits(ctx context.Context, store redrive.Store, o NoopOptions) (Re
 	res.Audited = Cost{ProcessCPU: (costBefore.ProcessCPU + costAfter.ProcessCPU) / 2,
 		ServerCPU: (costBefore.ServerCPU + costAfter.ServerCPU) / 2, ClaimWall: (costBefore.ClaimWall + costAfter.ClaimWall) / 2,
 		CompleteWall: (costBefore.CompleteWall + costAfter.CompleteWall) / 2,
-		ClaimBatch:   (costBefore.ClaimBatch + costAfter.ClaimBatch) / 2, CompleteBatch: (costBefore.CompleteBatch + costAfter.CompleteBatch) / 2}
+		ClaimBatch:   (costBefore.ClaimBatch + costAfter.ClaimBatch) / 2, CompleteBatch: (costBefore.CompleteBatch + costAfter.CompleteBatch) / 2,
+		Allocs: (costBefore.Allocs + costAfter.Allocs) / 2, Bytes: (costBefore.Bytes + costAfter.Bytes) / 2}
 	res.WorkOverAudited = res.ItemsPerSecond / res.AuditedPerSecond
 	if isPG {
 		res.CopyBefore, res.CopyAfter = bareBefore.CopyPerSecond, bareAfter.CopyPerSecond
@@ -169,8 +170,12 @@ func PrintNoop(w io.Writer, res Result) {
 		if c.ServerCPU > 0 {
 			fmt.Fprintf(w, " + %.1f server", c.ServerCPU)
 		}
-		fmt.Fprintf(w, "; in claims %.1f, in completions %.1f (wall, summed over callers); batches %.0f claimed, %.0f completed\n",
+		fmt.Fprintf(w, "; in claims %.1f, in completions %.1f (wall, summed over callers); batches %.0f claimed, %.0f completed",
 			c.ClaimWall, c.CompleteWall, c.ClaimBatch, c.CompleteBatch)
+		if c.Allocs > 0 {
+			fmt.Fprintf(w, "; allocated here %.1f objects, %.0f bytes", c.Allocs, c.Bytes)
+		}
+		fmt.Fprintln(w)
 	}
 	if res.Engine.ProcessCPU > 0 {
 		c("engine cost", res.Engine)
@@ -286,10 +291,13 @@ func work(ctx context.Context, store redrive.Store, schema string, items, stages
 	// Without a timer (rounds with retention), the CPU per item still
 	// shows what a later round costs more than the first; on PostgreSQL
 	// it counts the backends of retention and the store's own VACUUM too.
+	var heap Cost
+	meter.allocs(&heap, items)
 	self, server := meter.stop(ctx)
 	if timer != nil {
 		res.Engine = timer.cost(items)
 	}
+	res.Engine.Allocs, res.Engine.Bytes = heap.Allocs, heap.Bytes
 	res.Engine.ProcessCPU, res.Engine.ServerCPU = perItem(self, items), perItem(server, items)
 	res.WorkSeconds = end.Sub(t1).Seconds()
 	res.ItemsPerSecond = float64(items) / res.WorkSeconds
