@@ -68,6 +68,6 @@ func (e *engine) rescue() int {
 	e.mu.Unlock()
 	e.reportLost(lost, "rescue")
 	e.log.Info("redrive: rescued items whose lease expired", "items", len(batch), "not_started", unstarted)
-	e.flush(batch)
+	e.flush(batch, nil)
 	return len(leases)
 }

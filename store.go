@@ -50,7 +50,8 @@ type Store interface {
 	// Complete applies completions in one transaction. Each one applies
 	// only while its token is the item's current lease token and the item
 	// is running; applied[i] reports whether completion i applied. An
-	// applied completion also records its attempt.
+	// applied completion also records its attempt. The caller may reuse
+	// cs once Complete returns.
 	Complete(ctx context.Context, cs []Completion) (applied []bool, err error)
 	// Release returns leased items to pending, due at now, without
 	// recording an attempt (a graceful stop).

@@ -126,7 +126,10 @@ func (a *successArgs) add(c *redrive.Completion, ord int32) bool {
 
 // args are the parameters of completeSuccessSQL, in its order.
 func (a *successArgs) args() []any {
-	return []any{a.ids, a.tokens, a.ords, a.keys, a.payloads, a.started, a.nows, a.numbers, a.failed, a.runs,
+	// The per-item arrays go as the array types of arrays.go, which pgx
+	// encodes without boxing each element; the per-key ones are few.
+	return []any{int64Array(a.ids), int64Array(a.tokens), int32Array(a.ords), int32Array(a.keys), bytesArray(a.payloads),
+		timeArray(a.started), timeArray(a.nows), int32Array(a.numbers), int32Array(a.failed), int64Array(a.runs),
 		a.kStates, a.kStageIdx, a.kStages, a.kAttempts, a.kRLWs, a.kAStages, a.kAIdx, a.kPipelines, a.kDelays, a.kHashes}
 }
 
