@@ -44,7 +44,8 @@ transaction) and then, in one transaction, mark them done and insert one
 attempt row each. It prints the engine's rate as a fraction of that loop's, and
 where an item's time went for both: CPU of this process and of the PostgreSQL
 backends that serve it (on the same host, found by their client ports), time
-in claims and completions, batch sizes. On PostgreSQL it also
+in claims and completions, batch sizes, and this process's heap allocations
+per item (objects and bytes). On PostgreSQL it also
 prints COPY and the older bare SQL queue (no attempts, no fencing).
 
 Without --db it uses a fresh SQLite file in a temporary directory, never the

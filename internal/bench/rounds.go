@@ -99,8 +99,13 @@ func PrintRounds(w io.Writer, store string, rs RoundsResult) {
 }
 
 func printRound(w io.Writer, i int, r Result, size int64, held int) {
-	fmt.Fprintf(w, "round %-3d          insert %.0f items/s  work %.0f items/s  %.0f stage completions/s  database %.1f MB  succeeded held %d  µs CPU per item %.1f here + %.1f server\n",
-		i+1, r.InsertPerSecond, r.ItemsPerSecond, r.StageCompletionsPS, float64(size)/1e6, held, r.Engine.ProcessCPU, r.Engine.ServerCPU)
+	fmt.Fprintf(w, "round %-3d          insert %.0f items/s  work %.0f items/s  %.0f stage completions/s  database %.1f MB  succeeded held %d  µs CPU per item %.1f here",
+		i+1, r.InsertPerSecond, r.ItemsPerSecond, r.StageCompletionsPS, float64(size)/1e6, held, r.Engine.ProcessCPU)
+	if r.Engine.ServerCPU > 0 {
+		// SQLite has no server: its work is all in the process.
+		fmt.Fprintf(w, " + %.1f server", r.Engine.ServerCPU)
+	}
+	fmt.Fprintln(w)
 }
 
 // RelationSize is the size of one relation of a PostgreSQL schema: its
