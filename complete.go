@@ -19,8 +19,8 @@ func (e *engine) completeLoop() {
 	defer e.completer.Done()
 	batch := make([]*task, 0, e.cfg.ClaimBatch)
 	// The completions of a batch are copied into one slice that every
-	// batch reuses: a Completion is some 370 bytes, the most of what a
-	// completion allocates on its way to the store.
+	// batch reuses: a Completion is some 370 bytes, which a new slice per
+	// batch allocated for every item.
 	var comps []Completion
 	for t := range e.completions {
 		batch = e.gather(append(batch[:0], t))
