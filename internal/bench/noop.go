@@ -291,13 +291,12 @@ func work(ctx context.Context, store redrive.Store, schema string, items, stages
 	// Without a timer (rounds with retention), the CPU per item still
 	// shows what a later round costs more than the first; on PostgreSQL
 	// it counts the backends of retention and the store's own VACUUM too.
-	var heap Cost
-	meter.allocs(&heap, items)
-	self, server := meter.stop(ctx)
 	if timer != nil {
 		res.Engine = timer.cost(items)
 	}
-	res.Engine.Allocs, res.Engine.Bytes = heap.Allocs, heap.Bytes
+	// Read before the meter's own queries allocate.
+	meter.allocs(&res.Engine, items)
+	self, server := meter.stop(ctx)
 	res.Engine.ProcessCPU, res.Engine.ServerCPU = perItem(self, items), perItem(server, items)
 	res.WorkSeconds = end.Sub(t1).Seconds()
 	res.ItemsPerSecond = float64(items) / res.WorkSeconds
