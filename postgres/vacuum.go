@@ -40,10 +40,13 @@ type vacuumer struct {
 // writes; SKIP_LOCKED skips a table another VACUUM (autovacuum's, or
 // another process's) is working on instead of waiting for it. It may
 // truncate the heap's empty tail (a short ACCESS EXCLUSIVE lock, taken
-// only if free): TRUNCATE false gained no rate over ten rounds of
-// 1,000,000 items, kept the heap at its peak, and would leave a drained
-// queue's table with pages and no tuples in its statistics every time
-// (docs/engine.md, "PostgreSQL over the long haul").
+// only if free and given back once another transaction waits for it: a
+// claim that meets it waits some 10 – 25 ms, docs/BENCHMARKS.md, "What
+// VACUUM's truncation costs a claim's latency"). TRUNCATE false gained
+// no rate over ten rounds of 1,000,000 items, kept the heap at its peak,
+// and would leave a drained queue's table with pages and no tuples in
+// its statistics every time (docs/engine.md, "PostgreSQL over the long
+// haul").
 //
 // The VACUUM runs on a goroutine of its own, under the store's context,
 // not the caller's: on retention's goroutine, retention stopped deleting
