@@ -118,7 +118,7 @@ func (s *Store) RetryNow(ctx context.Context, f redrive.ItemFilter, now time.Tim
 		// ready = true puts the items in items_ready, which Claim walks,
 		// so the next claim sees them without waiting for promotion.
 		sql := `UPDATE ` + s.q + `.items SET next_at = ` + nowP + `, ready = true, updated_at = ` + nowP + `
-			WHERE state = 'pending' AND next_at > ` + nowP + ` AND ` + s.itemWhere(f, &a)
+			WHERE state = 'pending' AND lease_expires_at IS NULL AND next_at > ` + nowP + ` AND ` + s.itemWhere(f, &a)
 		err = pgx.BeginFunc(ctx, s.pool, func(tx pgx.Tx) error {
 			tag, err := tx.Exec(ctx, sql, a...)
 			if err != nil {
@@ -170,7 +170,7 @@ func (s *Store) CancelPending(ctx context.Context, f redrive.ItemFilter, r redri
 	} else {
 		var a args
 		set := cancelSet(&a, r)
-		err = s.pool.QueryRow(ctx, s.cancelCounted(`UPDATE `+s.q+`.items SET `+set+` WHERE state = 'pending' AND `+
+		err = s.pool.QueryRow(ctx, s.cancelCounted(`UPDATE `+s.q+`.items SET `+set+` WHERE state = 'pending' AND lease_expires_at IS NULL AND `+
 			s.itemWhere(f, &a), counted), a...).Scan(&n)
 	}
 	if err != nil {

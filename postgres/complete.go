@@ -164,7 +164,8 @@ func (s *Store) completeSuccessSQL() string {
 			started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input, fingerprint)
 		SELECT id, a_run, a_pipeline, ($16::text[])[k], ($17::int[])[k], number, 'succeeded', '', '',
 			started, now, ($19::bigint[])[k], ($20::text[])[k], next_stage, next_stage_index, next_input, NULL
-		FROM upd ORDER BY ord)
+		FROM upd ORDER BY ord),
+	` + s.countOff("upd") + `
 	SELECT id, token, ready, priority, order_at FROM upd`
 }
 
@@ -172,9 +173,11 @@ func (s *Store) completeSuccessSQL() string {
 // completeFullArgs.
 //
 // Fencing is by token: an item's token is odd exactly while it is
-// running (Claim and every way out of running, Complete and Release,
-// add 1; ClaimExpired adds 2), so "the token is current and odd" is
-// "the token is current and the item running". The statement has no
+// running (Claim and ClaimExpired give it their batch's token, 2 * batch
+// + 1, above every token before; every way out of running, Complete and
+// Release, adds 1), so "the token is current and odd" is "the token is
+// current and the item running". Both count the leases they end off
+// their batches (leasebatches.go). The statement has no
 // condition on the items' state (not state = 'running'): with statistics
 // taken while nothing ran, the planner estimated such a scan at one row;
 // its only condition on the items alone, id = ANY(the completions' IDs),
@@ -231,7 +234,8 @@ func (s *Store) completeFullSQL(counted bool) string {
 			started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input, fingerprint)
 		SELECT a_item, a_run, a_pipeline, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error,
 			a_started, a_finished, a_delay, a_hash, next_stage, next_stage_index, next_input, a_fp
-		FROM upd ORDER BY ord)` + counts + `
+		FROM upd ORDER BY ord)` + counts + `,
+	` + s.countOff("upd") + `
 	SELECT id, token, ready, priority, order_at FROM upd`
 }
 

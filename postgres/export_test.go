@@ -144,17 +144,43 @@ func blocks(node map[string]any) int {
 	return int(hit + read)
 }
 
-// walkBlocks is the shared buffers that the initial plans under a plan's
-// top node read: in a claim, the walk that picks the rows to update.
+// walkBlocks is the shared buffers that a claim's walk, which picks the
+// rows to update, read.
 func walkBlocks(top map[string]any) int {
+	// The claim's UPDATE of items, under the CTE that records its batch
+	// (leasebatches.go); its walk is an InitPlan of it, beside the one
+	// that reads the batch's ID.
+	upd := findNode(top, func(n map[string]any) bool {
+		return n["Node Type"] == "ModifyTable" && n["Relation Name"] == "items"
+	})
+	if upd == nil {
+		return 0
+	}
 	var n int
-	children, _ := top["Plans"].([]any)
+	children, _ := upd["Plans"].([]any)
 	for _, c := range children {
-		if c, ok := c.(map[string]any); ok && c["Parent Relationship"] == "InitPlan" {
+		if c, ok := c.(map[string]any); ok && c["Parent Relationship"] == "InitPlan" && c["Node Type"] != "CTE Scan" {
 			n += blocks(c)
 		}
 	}
 	return n
+}
+
+// findNode returns the first node of a plan, depth first, that match
+// accepts.
+func findNode(node map[string]any, match func(map[string]any) bool) map[string]any {
+	if match(node) {
+		return node
+	}
+	children, _ := node["Plans"].([]any)
+	for _, c := range children {
+		if c, ok := c.(map[string]any); ok {
+			if n := findNode(c, match); n != nil {
+				return n
+			}
+		}
+	}
+	return nil
 }
 
 // planNodes writes node and its children, one a line: its type, what it
@@ -309,7 +335,7 @@ func LockingWritePlans(ctx context.Context, s *Store, now time.Time, expired red
 		args                []any
 	}{
 		{"promote", claimSettings, s.promoteSQL(), []any{now, promoteBatch(2000)}},
-		{"claim expired", "", claimExpired, a},
+		{"claim expired", claimExpiredPlan, claimExpired, a},
 		{"delete succeeded", retainSettings, s.deleteSucceededSQL(true), []any{before, time.Time{}, int64(2000)}},
 	} {
 		if err := explainAnalyzed(ctx, s, plans, st.name, st.settings, st.sql, st.args...); err != nil && !errors.Is(err, errRollback) {

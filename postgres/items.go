@@ -77,6 +77,9 @@ func (s *itemScanner) scan(row pgx.Row) (redrive.Item, int64, error) {
 	it := s.it
 	it.Pipeline, it.Stage, it.LeaseOwner = s.name(s.pipeline), s.name(s.stage), s.name(s.owner)
 	it.State = redrive.State(s.name(s.state))
+	if it.State == redrive.StatePending && s.leaseExp.Valid {
+		it.State = redrive.StateRunning // leasestate.go
+	}
 	it.TraceParent, it.TraceState = s.tp.String, s.ts.String
 	it.LeaseLosses = int(s.losses)
 	if s.started.Valid && it.State == redrive.StateRunning {
@@ -137,10 +140,8 @@ func (s *Store) itemWhere(f redrive.ItemFilter, a *args) string {
 	if f.Stage != "" {
 		conds = append(conds, "stage = "+a.add(f.Stage))
 	}
-	if len(f.States) == 1 {
-		conds = append(conds, "state = "+a.add(string(f.States[0])))
-	} else if len(f.States) > 1 {
-		conds = append(conds, "state = ANY("+a.add(statesText(f.States))+"::text[])")
+	if len(f.States) > 0 {
+		conds = append(conds, s.statesCond(a, f.States))
 	}
 	if f.Key != "" {
 		conds = append(conds, "key = "+a.add(f.Key))
@@ -174,14 +175,6 @@ func (s *Store) itemWhere(f redrive.ItemFilter, a *args) string {
 		conds = append(conds, "id IN (SELECT item_id FROM "+s.q+".action_items WHERE action_id = "+a.add(f.ActionID)+")")
 	}
 	return strings.Join(conds, " AND ")
-}
-
-func statesText(ss []redrive.State) []string {
-	out := make([]string, len(ss))
-	for i, s := range ss {
-		out[i] = string(s)
-	}
-	return out
 }
 
 // withStates returns f limited to allowed states: f.States when each is

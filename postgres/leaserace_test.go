@@ -274,7 +274,7 @@ func TestClaimExpiredRacingLateCompletions(t *testing.T) {
 		}
 	}
 	var succeeded, running int
-	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*) FILTER (WHERE state = 'running' AND lease_owner = 'rescuer')
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FILTER (WHERE state = 'succeeded'), count(*) FILTER (WHERE state = 'pending' AND lease_expires_at IS NOT NULL AND lease_owner = 'rescuer')
 		FROM `+pgx.Identifier{schema, "items"}.Sanitize()).Scan(&succeeded, &running); err != nil {
 		t.Fatal(err)
 	}

@@ -45,8 +45,8 @@ func (s *Store) oldestDue(ctx context.Context, now time.Time, limit int) (oldest
 		}
 		var best *time.Time
 		if err := tx.QueryRow(ctx, `SELECT least(
-			(SELECT min(next_at) FROM `+s.q+`.items WHERE state = 'pending' AND NOT ready AND next_at <= $1),
-			(SELECT min(next_at) FROM `+s.q+`.items WHERE state = 'pending' AND ready AND next_at < order_at AND next_at <= $1))`,
+			(SELECT min(next_at) FROM `+s.q+`.items WHERE state = 'pending' AND lease_expires_at IS NULL AND NOT ready AND next_at <= $1),
+			(SELECT min(next_at) FROM `+s.q+`.items WHERE state = 'pending' AND ready AND lease_expires_at IS NULL AND next_at < order_at AND next_at <= $1))`,
 			now).Scan(&best); err != nil {
 			return err
 		}
@@ -69,7 +69,7 @@ type readyReader struct {
 func (r readyReader) NextPriority(ctx context.Context, below *int) (*int, error) {
 	// Two statements rather than one with an optional bound, whose
 	// generic plan could not seek to the bound.
-	sql, args := `SELECT max(priority) FROM `+r.s.q+`.items WHERE state = 'pending' AND ready`, []any(nil)
+	sql, args := `SELECT max(priority) FROM `+r.s.q+`.items WHERE state = 'pending' AND ready AND lease_expires_at IS NULL`, []any(nil)
 	if below != nil {
 		sql, args = sql+` AND priority < $1`, []any{*below}
 	}
@@ -96,7 +96,7 @@ func (r readyReader) Page(ctx context.Context, p int, afterOrder time.Time, afte
 	// settings of the walk (see oldestDue) would price so high that the
 	// statement got compiled with JIT: 220 ms instead of 1.
 	err := r.tx.QueryRow(ctx, `WITH page AS MATERIALIZED (SELECT order_at, next_at, id FROM `+r.s.q+`.items
-			WHERE state = 'pending' AND ready AND priority = $1`+bound+`
+			WHERE state = 'pending' AND ready AND lease_expires_at IS NULL AND priority = $1`+bound+`
 			ORDER BY order_at, id LIMIT $2)
 		SELECT count(*), min(next_at) FILTER (WHERE next_at <= $3), max(order_at),
 			(SELECT max(id) FROM page l WHERE l.order_at = (SELECT max(order_at) FROM page))

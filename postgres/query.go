@@ -126,9 +126,19 @@ func (s *Store) runWalkSQL(f redrive.ItemFilter, a *args) string {
 	run, after, limit := a.add(f.RunID), a.add(f.AfterID), a.add(f.Limit)
 	arms := make([]string, len(states))
 	for i, st := range states {
-		state := a.add(string(st))
+		if st == redrive.StateRunning {
+			// Running items are stored pending (leasestate.go); they are
+			// the items in flight, looked up by ID. Ordered as the other
+			// arms, so that the arms are appended and sorted once.
+			arms[i] = `(SELECT ` + itemCols + ` FROM ` + s.q + `.items
+				WHERE ` + s.stateCond(a, st) + ` AND run_id = ` + run + ` AND id > ` + after + `
+				AND ` + where + ` ORDER BY state, id LIMIT ` + limit + `)`
+			continue
+		}
+		stored, lease := storedState(st)
+		state := a.add(string(stored))
 		arms[i] = `(SELECT ` + itemCols + ` FROM ` + s.q + `.items
-			WHERE run_id = ` + run + ` AND state >= ` + state + ` AND state <= ` + state + ` AND id > ` + after + `
+			WHERE run_id = ` + run + ` AND state >= ` + state + ` AND state <= ` + state + lease + ` AND id > ` + after + `
 			AND ` + where + ` ORDER BY state, id LIMIT ` + limit + `)`
 	}
 	return `SELECT * FROM (` + strings.Join(arms, " UNION ALL ") + `) walk ORDER BY id LIMIT ` + limit
@@ -175,8 +185,8 @@ func (s *Store) StateCounts(ctx context.Context, runID int64) ([]redrive.StateCo
 		where = "run_id = " + a.add(runID)
 	}
 	rows, err := s.pool.Query(ctx, `SELECT pipeline, stage, state, sum(n) FROM (
-		SELECT pipeline, stage, state, min(stage_index) AS si, count(*) AS n FROM `+s.q+`.items
-		WHERE `+where+` GROUP BY pipeline, stage, state) c
+		SELECT pipeline, stage, `+stateExpr+` AS state, min(stage_index) AS si, count(*) AS n FROM `+s.q+`.items
+		WHERE `+where+` GROUP BY 1, 2, 3) c
 		GROUP BY pipeline, stage, state ORDER BY pipeline, min(si), stage, state`, a...)
 	if err != nil {
 		return nil, s.fail("state counts", err)

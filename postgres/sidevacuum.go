@@ -18,6 +18,11 @@ import (
 // MB behind one fold, and every dead-letter page by pipeline and stage then
 // spent 35 ms scanning them for its 700 live rows (docs/BENCHMARKS.md).
 //
+// Each claim adds a row to lease_batches, each completion and release
+// updates the rows of its leases' claims, and the rescuer deletes them
+// once their leases end (leasebatches.go): as many dead rows, and the
+// claims' item IDs in its TOAST table. They are vacuumed with the counts.
+//
 // Every notification of the outbox is written three times or more
 // (queued, claimed, settled) and deleted by retention, so it leaves as
 // many dead rows, and dead entries at the head of outbox_due where the
@@ -159,14 +164,14 @@ func (s *Store) vacuumSide(counts, outbox, fold bool) {
 	}()
 }
 
-// compactCounts vacuums failure_counts and run_counts. A fold inserts its
+// compactCounts vacuums failure_counts, run_counts and lease_batches. A fold inserts its
 // sums after the rows it deletes, at the table's end, where they keep the
 // VACUUM from truncating the pages it emptied; when failure_counts still
 // holds more than countsBloatPages pages and four times what its rows
 // need, a second fold moves the sums into the space the VACUUM freed at
 // the table's head and a second VACUUM cuts the empty tail.
 func (s *Store) compactCounts(ctx context.Context) error {
-	if _, err := s.pool.Exec(ctx, `VACUUM (SKIP_LOCKED) `+s.q+`.failure_counts, `+s.q+`.run_counts`); err != nil {
+	if _, err := s.pool.Exec(ctx, `VACUUM (SKIP_LOCKED) `+s.q+`.failure_counts, `+s.q+`.run_counts, `+s.q+`.lease_batches`); err != nil {
 		return err
 	}
 	var pages int32

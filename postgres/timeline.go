@@ -61,7 +61,7 @@ func (s *Store) LeaseLoads(ctx context.Context, now time.Time, sample int) ([]re
 			row_number() OVER (PARTITION BY lease_owner, pipeline, stage ORDER BY id) AS rn,
 			(count(*) OVER (PARTITION BY lease_owner, pipeline, stage))::int AS n,
 			(count(*) FILTER (WHERE lease_expires_at < $1) OVER (PARTITION BY lease_owner, pipeline, stage))::int AS expired
-		FROM `+s.q+`.items WHERE state = 'running') r
+		FROM `+s.q+`.items WHERE `+s.stateCond(nil, redrive.StateRunning)+`) r
 		WHERE rn <= greatest($2::int, 1) ORDER BY owner, pipeline, stage, id`, now, sample)
 	if err != nil {
 		return nil, s.fail("lease loads", err)

@@ -338,7 +338,7 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 	leases, promoted, err := s.claimOrdered(ctx, req.Now, promoteBatch(req.Limit), req.Limit, sql, a)
 	if err != nil {
 		s.resume.end(t, nil, nil)
-		return nil, s.fail("claim", err)
+		return nil, s.fail("claim", needsBatches(err))
 	}
 	slices.SortFunc(leases, func(x, y redrive.Lease) int {
 		if c := cmp.Compare(y.Item.Priority, x.Item.Priority); c != 0 {
@@ -368,7 +368,10 @@ func (s *Store) claimSQL(req redrive.ClaimRequest, from *readyKey) (string, args
 	if !req.StartedAt.IsZero() {
 		started = &req.StartedAt
 	}
-	cond := `c.state = 'pending' AND c.ready AND c.next_at <= ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
+	// A leased item stays pending and ready (leasestate.go): the walk
+	// reads past the items in flight.
+	pipes := a.add(req.Pipelines)
+	cond := `c.state = 'pending' AND c.ready AND c.lease_expires_at IS NULL AND c.next_at <= ` + now + ` AND c.pipeline = ANY(` + pipes + `::text[])` +
 		stageFilter(req, "c", &a)
 	limit := a.add(req.Limit)
 	// The walk of items_ready stops after the batch: every row it meets
@@ -412,10 +415,15 @@ func (s *Store) claimSQL(req redrive.ClaimRequest, from *readyKey) (string, args
 	// before the walk locked it is locked in its newest version, which the
 	// snapshot cannot see, so the UPDATE leaves it: it stays pending, and a
 	// later claim takes it.
-	return `UPDATE ` + s.q + `.items SET state = 'running', lease_token = lease_token + 1,
-		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `, attempt_started_at = ` + a.add(started) + `
+	//
+	// The claim changes no indexed column (leasestate.go): not the state,
+	// not updated_at, which the way out of the lease sets. Its leases take
+	// the tokens of a new batch (leasebatches.go).
+	upd := `UPDATE ` + s.q + `.items SET lease_token = ` + batchToken + `,
+		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, attempt_started_at = ` + a.add(started) + `
 	WHERE ctid = ANY(ARRAY(` + pick + `))
-	RETURNING ` + itemCols, a
+	RETURNING ` + itemCols
+	return `WITH ` + s.claimBatch(upd, until, pipes) + ` SELECT * FROM c`, a
 }
 
 // planSettings are the planner settings of a claim (see claimOrdered).
@@ -527,42 +535,19 @@ func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]r
 		return nil, nil
 	}
 	sql, a := s.claimExpiredSQL(req)
-	leases, err := s.claim(ctx, sql, req.Limit, a)
+	// The batches' items are joined by ID, as a completion joins them
+	// (see completePlan); with no JIT, which the plans these settings
+	// price high would otherwise get, for far longer than they run.
+	var leases []redrive.Lease
+	err := s.queryPlanned(ctx, claimExpiredPlan, sql, a, func(rows pgx.Rows) (err error) {
+		leases, err = collectLeases(rows, req.Limit)
+		return err
+	})
 	if err != nil {
-		return nil, s.fail("claim expired", err)
+		return nil, s.fail("claim expired", needsBatches(err))
 	}
 	slices.SortFunc(leases, func(x, y redrive.Lease) int { return cmp.Compare(x.Item.ID, y.Item.ID) })
 	return leases, nil
-}
-
-// claimExpiredSQL is ClaimExpired's statement. The walk of items_lease
-// hands the UPDATE the addresses of the rows it locked, as a claim's does
-// (see claimSQL): by ID, after the VACUUM of an emptied items table, the
-// UPDATE walked the running items of items_run_state and filtered them by
-// the IDs (TestLockingWritesAfterEmptiedVacuum). A lease renewed or ended
-// meanwhile by another transaction is left to it. The UPDATE repeats none
-// of the walk's conditions (see promoteSQL): on state, it walked
-// items_run_state.
-func (s *Store) claimExpiredSQL(req redrive.ClaimRequest) (string, args) {
-	var a args
-	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
-	// + 2: a running item's token stays odd (see Complete).
-	return `UPDATE ` + s.q + `.items SET lease_token = lease_token + 2,
-		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, updated_at = ` + now + `
-	WHERE ctid = ANY(ARRAY(SELECT c.ctid FROM ` + s.q + `.items c
-		WHERE c.state = 'running' AND c.lease_expires_at < ` + now + ` AND c.pipeline = ANY(` + a.add(req.Pipelines) + `::text[])` +
-		stageFilter(req, "c", &a) + `
-		ORDER BY c.lease_expires_at, c.id
-		LIMIT ` + a.add(req.Limit) + ` FOR UPDATE SKIP LOCKED))
-	RETURNING ` + itemCols, a
-}
-
-func (s *Store) claim(ctx context.Context, sql string, limit int, a args) ([]redrive.Lease, error) {
-	rows, err := s.pool.Query(ctx, sql, a...)
-	if err != nil {
-		return nil, err
-	}
-	return collectLeases(rows, limit)
 }
 
 // collectLeases reads the leases of a claim of at most limit items. A
@@ -621,7 +606,8 @@ func (s *Store) heartbeatSQL() string {
 		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])
 			AND ` + lockedFirst + ` AND ` + countsUnchanged + ` AND ` + outboxUnchanged + `
-		RETURNING i.id, i.lease_token)` + lostLeases
+		RETURNING i.id, i.lease_token),
+	` + s.shortenBatches("upd", "$3") + lostLeases
 }
 
 // lostLeases ends a statement whose WITH query upd returns the id and
@@ -643,7 +629,8 @@ func (s *Store) releaseSQL() string {
 		FROM unnest($1::bigint[], $2::bigint[]) AS u(id, token)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])
 			AND ` + lockedFirst + ` AND ` + outboxUnchanged + `
-		RETURNING i.id, i.priority, i.order_at),
+		RETURNING i.id, i.priority, i.order_at, u.token),
+	` + s.countOff("upd") + `,
 	notified AS (SELECT pg_notify($4, '') FROM (SELECT count(*) AS n FROM upd) c WHERE c.n > 0)
 	SELECT priority, order_at, id FROM upd WHERE (SELECT count(*) FROM notified) >= 0
 	ORDER BY priority DESC, order_at, id LIMIT 1`
@@ -681,6 +668,10 @@ func (s *Store) lockLeased(ids, tokens string) string {
 			AND i.id = ANY(` + ids + `::bigint[])
 		ORDER BY i.id FOR UPDATE OF i)`
 }
+
+// claimExpiredPlan are the planner settings of ClaimExpired: leasePlan
+// and no JIT.
+const claimExpiredPlan = leasePlan + `, set_config('jit', 'off', true)`
 
 // leasePlan are the planner settings of the statements that update the
 // items of leases other than a completion (heartbeats, releases, start

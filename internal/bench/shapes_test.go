@@ -58,10 +58,12 @@ func shapesRun(b *testing.B, s *postgres.Store, schema, claimShape, completeShap
 	if claimShape == "bare_all" {
 		cols = "id, lease_token, *"
 	}
-	bareClaim := `UPDATE ` + q + `.items SET state = 'running', lease_token = lease_token + 1, lease_owner = 'c',
-		lease_expires_at = $2, updated_at = $3
+	// A leased item stays pending, its lease alone marking it running, as
+	// in the store (migration 0029).
+	bareClaim := `UPDATE ` + q + `.items SET lease_token = lease_token + 1, lease_owner = 'c',
+		lease_expires_at = $2
 		WHERE ctid = ANY(ARRAY(SELECT c.ctid FROM ` + q + `.items c WHERE c.state = 'pending' AND c.ready
-			AND c.next_at <= $3 AND c.pipeline = 'p'
+			AND c.lease_expires_at IS NULL AND c.next_at <= $3 AND c.pipeline = 'p'
 			ORDER BY c.priority DESC, c.order_at, c.id LIMIT $1 FOR UPDATE SKIP LOCKED))
 		RETURNING ` + cols
 	bareComplete := `WITH done AS (
