@@ -14,6 +14,12 @@
 # claims and completions apart, and the share of the items' updates that
 # were HOT (heap-only: no index entry), then drops the schema.
 #
+# Every variant starts from the layout before migration 0029 (a claim that
+# sets state running and enters items_lease; pages filled to 100 %), which
+# the script restores on the migrated schema. The store's layout since
+# 0029 is the "keep_state_ledger_counted" variant below, with pages filled
+# to 45 % rather than 50 and a ledger of its own.
+#
 # A variant whose third field is "keep_state" claims with a statement that
 # leaves the item's state pending and changes no indexed column (the lease
 # alone marks it taken), so that with room on its page the claim's new row
@@ -46,6 +52,10 @@ if [ -z "${REDRIVE_BIN:-}" ]; then
 	go build -o "$REDRIVE_BIN" ./cmd/redrive
 fi
 
+# The layout before migration 0029, which every variant starts from.
+before_0029="ALTER TABLE items DROP CONSTRAINT IF EXISTS items_no_running_state;"
+before_0029+=" CREATE INDEX IF NOT EXISTS items_lease ON items (lease_expires_at) WHERE lease_expires_at IS NOT NULL;"
+before_0029+=" ALTER TABLE items SET (fillfactor = 100)"
 # One line: each variant is read as one.
 ledger_ddl="CREATE TABLE leases (id bigserial PRIMARY KEY, expires_at timestamptz NOT NULL, ids bigint[] NOT NULL, tokens bigint[] NOT NULL, open integer);"
 ledger_ddl+=" CREATE INDEX leases_expires ON leases (expires_at)"
@@ -157,7 +167,7 @@ for _ in $(seq "$rounds"); do
 		# --items 10: a run of bench migrates the schema; its items are
 		# deleted below.
 		"$REDRIVE_BIN" --db "$db" --pg-schema "$schema" bench --items 10 --insert-rounds 0 >/dev/null
-		"${psql_[@]}" -c "SET search_path TO $schema; DELETE FROM items; DELETE FROM attempts; $ddl"
+		"${psql_[@]}" -c "SET search_path TO $schema; DELETE FROM items; DELETE FROM attempts; $before_0029; $ddl"
 		"${psql_[@]}" -c "SET search_path TO $schema;
 			INSERT INTO items (run_id, pipeline, stage, state, enqueued_at, next_at, updated_at, order_at, ready, payload)
 			SELECT (SELECT min(id) FROM runs), 'p', 'a', 'pending', now(), now(), now(), now(), true, '{}'
