@@ -529,7 +529,8 @@ func (s *Store) claimOrdered(ctx context.Context, now time.Time, promote, limit 
 }
 
 // ClaimExpired takes over up to req.Limit running items whose lease expired
-// before req.Now, oldest lease first, with a new token.
+// before req.Now, with a new token: the oldest leases first of the claims
+// whose expiry passed first (leasebatches.go).
 func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]redrive.Lease, error) {
 	if req.Limit <= 0 || len(req.Pipelines) == 0 {
 		return nil, nil
