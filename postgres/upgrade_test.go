@@ -22,23 +22,8 @@ import (
 func TestUpgradeFrom0001(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, schema := pgtest.NewSchema(t)
-	s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	sql0001, err := os.ReadFile("migrations/0001_init.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	q := `"` + schema + `"`
+	s, q := storeAt(t, 1)
 	for _, stmt := range []string{
-		`CREATE SCHEMA IF NOT EXISTS ` + q,
-		`CREATE TABLE ` + q + `.schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now())`,
-		strings.ReplaceAll(string(sql0001), "{schema}", q),
-		`INSERT INTO ` + q + `.schema_migrations (version, name) VALUES (1, 'init')`,
 		`INSERT INTO ` + q + `.runs (id, pipeline, status, created_at) VALUES (1, 'p', 'running', now())`,
 		`INSERT INTO ` + q + `.items (id, run_id, pipeline, stage, state, attempt, enqueued_at, next_at, updated_at)
 			VALUES (1, 1, 'p', 'a', 'pending', 1, now(), now(), now())`,
@@ -84,42 +69,7 @@ func TestUpgradeFrom0001(t *testing.T) {
 func TestUpgradeKeepsRunningLeases(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
-	url, schema := pgtest.NewSchema(t)
-	s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
-	q := `"` + schema + `"`
-	files, err := filepath.Glob("migrations/*.sql")
-	if err != nil {
-		t.Fatal(err)
-	}
-	slices.Sort(files)
-	stmts := []string{`CREATE SCHEMA IF NOT EXISTS ` + q,
-		`CREATE TABLE ` + q + `.schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
-			applied_at timestamptz NOT NULL DEFAULT now())`}
-	for _, f := range files {
-		base := filepath.Base(f)
-		v, err := strconv.Atoi(base[:4])
-		if err != nil {
-			t.Fatal(err)
-		}
-		if v > 28 {
-			break
-		}
-		b, err := os.ReadFile(f)
-		if err != nil {
-			t.Fatal(err)
-		}
-		stmts = append(stmts, strings.ReplaceAll(string(b), "{schema}", q),
-			fmt.Sprintf(`INSERT INTO %s.schema_migrations (version, name) VALUES (%d, '%s')`, q, v, strings.TrimSuffix(base[5:], ".sql")))
-	}
-	for _, stmt := range stmts {
-		if _, err := s.Pool().Exec(ctx, stmt); err != nil {
-			t.Fatalf("%.200s: %v", stmt, err)
-		}
-	}
+	s, q := storeAt(t, 28)
 	run := mustRun(t, s, "p")
 	enqueue(t, s, run, make([]redrive.NewItem, 10)...)
 	// The claim of 0028's store: items 1 – 6 running, 1 – 3 until t0 + 1
@@ -200,4 +150,49 @@ func TestUpgradeKeepsRunningLeases(t *testing.T) {
 	if err != nil || final.Counts.Running != 9 || final.Counts.Succeeded != 1 || final.Counts.Pending != 0 {
 		t.Fatalf("final counts %+v, %v; want 9 running, 1 succeeded", final.Counts, err)
 	}
+}
+
+// storeAt opens a store, not migrated, on a new schema to which the
+// migrations up to version were applied as Migrate applies them, and
+// returns it with the schema's quoted name.
+func storeAt(t *testing.T, version int) (*postgres.Store, string) {
+	t.Helper()
+	ctx := context.Background()
+	url, schema := pgtest.NewSchema(t)
+	s, err := postgres.Open(ctx, url, postgres.Options{Schema: schema})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { s.Close() })
+	q := `"` + schema + `"`
+	files, err := filepath.Glob("migrations/*.sql")
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Sort(files)
+	stmts := []string{`CREATE SCHEMA IF NOT EXISTS ` + q,
+		`CREATE TABLE ` + q + `.schema_migrations (version integer PRIMARY KEY, name text NOT NULL,
+			applied_at timestamptz NOT NULL DEFAULT now())`}
+	for _, f := range files {
+		base := filepath.Base(f)
+		v, err := strconv.Atoi(base[:4])
+		if err != nil {
+			t.Fatal(err)
+		}
+		if v > version {
+			break
+		}
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		stmts = append(stmts, strings.ReplaceAll(string(b), "{schema}", q),
+			fmt.Sprintf(`INSERT INTO %s.schema_migrations (version, name) VALUES (%d, '%s')`, q, v, strings.TrimSuffix(base[5:], ".sql")))
+	}
+	for _, stmt := range stmts {
+		if _, err := s.Pool().Exec(ctx, stmt); err != nil {
+			t.Fatalf("%.200s: %v", stmt, err)
+		}
+	}
+	return s, q
 }
