@@ -128,8 +128,11 @@ type Item struct {
 	// pending without an attempt charged; an item that has lost one is
 	// recorded as started before its handler runs again, so that a handler
 	// that kills its process is charged every later attempt.
-	LeaseLosses int       `json:"lease_losses,omitempty"`
-	UpdatedAt   time.Time `json:"updated_at"`
+	LeaseLosses int `json:"lease_losses,omitempty"`
+	// UpdatedAt is when the item last changed state or lease: for a
+	// running item, when its current lease began (its claim or a
+	// rescuer's take-over; heartbeats and start marks leave it).
+	UpdatedAt time.Time `json:"updated_at"`
 	// TraceParent and TraceState are the W3C Trace Context the item was
 	// submitted with (NewItem.TraceParent): its attempts' spans are
 	// children of that span. Empty when it was submitted without one.

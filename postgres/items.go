@@ -15,7 +15,7 @@ import (
 // itemCols are the columns an itemScanner reads, in order.
 const itemCols = `id, run_id, pipeline, coalesce(key, ''), stage, stage_index, state, priority,
 	attempt, rate_limit_waits, payload, input, enqueued_at, next_at, lease_owner,
-	lease_expires_at, updated_at, reason_stage, reason_class, reason_error,
+	lease_expires_at, ` + updatedExpr + `, reason_stage, reason_class, reason_error,
 	reason_attempts, reason_at, lease_token,
 	failed_attempts, order_at, attempt_started_at, lease_losses, traceparent, tracestate`
 
@@ -124,7 +124,7 @@ func (a *args) add(v any) string {
 
 // reachedAt is the time an item reached its state, as ItemFilter.Since and
 // Until bound it.
-const reachedAt = `(CASE WHEN state IN ('dead', 'canceled') THEN coalesce(reason_at, updated_at) ELSE updated_at END)`
+const reachedAt = `(CASE WHEN state IN ('dead', 'canceled') THEN coalesce(reason_at, updated_at) ELSE ` + updatedExpr + ` END)`
 
 // itemWhere returns the conditions selecting f (without WHERE), always at
 // least "true". Since is inclusive, Until exclusive. Limit is left to the

@@ -94,7 +94,7 @@ func (s *Store) claimExpiredSQL(req redrive.ClaimRequest) (string, args) {
 	lim := a.add(req.Limit)
 	due := `i.lease_expires_at < ` + now + ` AND i.pipeline = ANY(` + pipes + `::text[])` + stageFilter(req, "i", &a)
 	upd := `UPDATE ` + s.q + `.items SET lease_token = ` + batchToken + `,
-			lease_owner = ` + owner + `, lease_expires_at = ` + until + `
+			lease_owner = ` + owner + `, lease_expires_at = ` + until + `, leased_at = ` + now + `
 		WHERE ctid = ANY(ARRAY(SELECT t FROM took))
 		RETURNING ` + itemCols
 	return `WITH ended AS (DELETE FROM ` + s.q + `.lease_batches WHERE id = ANY(ARRAY(
@@ -121,17 +121,23 @@ func (s *Store) claimExpiredSQL(req redrive.ClaimRequest) (string, args) {
 	SELECT * FROM c`, a
 }
 
-// needsBatches explains err, from a claim, when the schema predates
-// migration 0029: a process of this build that runs ahead of its schema
-// (Options.Migrate off) cannot claim until the migration is applied, and
-// says so rather than name a missing table.
-func needsBatches(err error) error {
-	// pgx reports a statement of a batch that cannot be prepared in an
-	// error of its own, which does not wrap the server's.
-	var pe *pgconn.PgError
-	if errors.As(err, &pe) && pe.Code == "42P01" && strings.Contains(pe.Message, "lease_batches") ||
-		strings.Contains(err.Error(), "SQLSTATE 42P01") && strings.Contains(err.Error(), "lease_batches") {
-		return fmt.Errorf("%w: apply migration 0029 (redrive migrate up, or Options.Migrate) before claiming", err)
+// needsMigration explains err, from a claim, when the schema predates
+// migration 0029 (no lease_batches) or 0030 (no leased_at): a process of
+// this build that runs ahead of its schema (Options.Migrate off) cannot
+// claim until the migration is applied, and says so rather than name a
+// missing table or column.
+func needsMigration(err error) error {
+	for _, m := range []struct{ code, name, migration string }{
+		{"42P01", "lease_batches", "0029"},
+		{"42703", "leased_at", "0030"},
+	} {
+		// pgx reports a statement of a batch that cannot be prepared in an
+		// error of its own, which does not wrap the server's.
+		var pe *pgconn.PgError
+		if errors.As(err, &pe) && pe.Code == m.code && strings.Contains(pe.Message, m.name) ||
+			strings.Contains(err.Error(), "SQLSTATE "+m.code) && strings.Contains(err.Error(), m.name) {
+			return fmt.Errorf("%w: apply migration %s (redrive migrate up, or Options.Migrate) before claiming", err, m.migration)
+		}
 	}
 	return err
 }

@@ -16,6 +16,13 @@ import (
 // stateExpr is an item's state as the store reports it.
 const stateExpr = `(CASE WHEN state = 'pending' AND lease_expires_at IS NOT NULL THEN 'running' ELSE state END)`
 
+// updatedExpr is when an item was last updated, as the store reports it:
+// for a running item, when its lease began (leased_at, migration 0030),
+// since a claim leaves updated_at alone. The later of the two, because a
+// process older than the column leaves an earlier lease's leased_at behind,
+// and no lease begins before its item became pending.
+const updatedExpr = `(CASE WHEN state = 'pending' AND lease_expires_at IS NOT NULL THEN greatest(updated_at, leased_at) ELSE updated_at END)`
+
 // stateCond is the condition that an item is in state st.
 func (s *Store) stateCond(a *args, st redrive.State) string {
 	return s.statesCond(a, []redrive.State{st})

@@ -338,7 +338,7 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 	leases, promoted, err := s.claimOrdered(ctx, req.Now, promoteBatch(req.Limit), req.Limit, sql, a)
 	if err != nil {
 		s.resume.end(t, nil, nil)
-		return nil, s.fail("claim", needsBatches(err))
+		return nil, s.fail("claim", needsMigration(err))
 	}
 	slices.SortFunc(leases, func(x, y redrive.Lease) int {
 		if c := cmp.Compare(y.Item.Priority, x.Item.Priority); c != 0 {
@@ -417,10 +417,12 @@ func (s *Store) claimSQL(req redrive.ClaimRequest, from *readyKey) (string, args
 	// later claim takes it.
 	//
 	// The claim changes no indexed column (leasestate.go): not the state,
-	// not updated_at, which the way out of the lease sets. Its leases take
+	// not updated_at, which the way out of the lease sets; leased_at, in no
+	// index, records when the lease began. Its leases take
 	// the tokens of a new batch (leasebatches.go).
 	upd := `UPDATE ` + s.q + `.items SET lease_token = ` + batchToken + `,
-		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, attempt_started_at = ` + a.add(started) + `
+		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, attempt_started_at = ` + a.add(started) + `,
+		leased_at = ` + now + `
 	WHERE ctid = ANY(ARRAY(` + pick + `))
 	RETURNING ` + itemCols
 	return `WITH ` + s.claimBatch(upd, until, pipes) + ` SELECT * FROM c`, a
@@ -545,7 +547,7 @@ func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]r
 		return err
 	})
 	if err != nil {
-		return nil, s.fail("claim expired", needsBatches(err))
+		return nil, s.fail("claim expired", needsMigration(err))
 	}
 	slices.SortFunc(leases, func(x, y redrive.Lease) int { return cmp.Compare(x.Item.ID, y.Item.ID) })
 	return leases, nil

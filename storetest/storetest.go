@@ -18,6 +18,8 @@
 //
 //   - ItemFilter.Since is inclusive and Until exclusive; both compare the
 //     reason's time of dead and canceled items and UpdatedAt of the others.
+//   - A running item's UpdatedAt is when its lease began: the claim's or
+//     the take-over's Now, not moved by heartbeats or start marks.
 //   - ItemFilter.Limit caps every operation that takes a filter (ListItems,
 //     Count, CancelPending, Redrive, Purge), in ID order.
 //   - ErrorContains matches literally ('%' and '_' are not wildcards).
@@ -68,6 +70,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"ClaimFilters", testClaimFilters},
 		{"ClaimConcurrent", testClaimConcurrent},
 		{"Fencing", testFencing},
+		{"LeaseUpdatedAt", testLeaseUpdatedAt},
 		{"Heartbeat", testHeartbeat},
 		{"Release", testRelease},
 		{"StartMarks", testStartMarks},
@@ -754,6 +757,41 @@ func testFencing(h *h) {
 	if ap := h.complete(succeed(old, at(3*time.Minute)), succeed(cur, at(3*time.Minute))); ap[0] || ap[1] {
 		h.Errorf("old tokens applied after reclaim: %v", ap)
 	}
+}
+
+func testLeaseUpdatedAt(h *h) {
+	r := h.run("p", "")
+	id := h.enqueue(r, "a", Base, redrive.NewItem{})[0]
+	ls := h.claim(redrive.ClaimRequest{Owner: "w", Pipelines: []string{"p"}, Limit: 1, Now: at(5 * time.Second), LeaseUntil: at(30 * time.Second)})
+	if len(ls) != 1 {
+		h.Fatalf("claimed %d", len(ls))
+	}
+	h.equalTime("claimed lease's UpdatedAt", ls[0].Item.UpdatedAt, at(5*time.Second))
+	h.equalTime("running item's UpdatedAt", h.item(id).UpdatedAt, at(5*time.Second))
+	// Neither a heartbeat nor a start mark moves it.
+	if lost, err := h.s.Heartbeat(h.ctx, []redrive.LeaseRef{ls[0].Ref()}, at(40*time.Second)); err != nil || len(lost) != 0 {
+		h.Fatalf("Heartbeat lost %v, %v", lost, err)
+	}
+	if lost, err := h.s.MarkStarted(h.ctx, []redrive.StartMark{{Lease: ls[0].Ref(), At: at(6 * time.Second)}}); err != nil || len(lost) != 0 {
+		h.Fatalf("MarkStarted lost %v, %v", lost, err)
+	}
+	h.equalTime("UpdatedAt after a heartbeat and a start mark", h.item(id).UpdatedAt, at(5*time.Second))
+	running := []redrive.State{redrive.StateRunning}
+	h.equalIDs("running since the claim", itemIDs(h.list(redrive.ItemFilter{States: running, Since: at(5 * time.Second)})), []int64{id})
+	h.equalIDs("running until the claim", itemIDs(h.list(redrive.ItemFilter{States: running, Until: at(5 * time.Second)})), nil)
+	// A take-over begins a new lease.
+	ex, err := h.s.ClaimExpired(h.ctx, redrive.ClaimRequest{Owner: "rescuer", Pipelines: []string{"p"}, Limit: 1,
+		Now: at(time.Minute), LeaseUntil: at(2 * time.Minute)})
+	if err != nil || len(ex) != 1 {
+		h.Fatalf("ClaimExpired = %v, %v; want the item", ids(ex), err)
+	}
+	h.equalTime("taken-over lease's UpdatedAt", ex[0].Item.UpdatedAt, at(time.Minute))
+	h.equalTime("UpdatedAt after the take-over", h.item(id).UpdatedAt, at(time.Minute))
+	// The way out of the lease sets it as before.
+	if ap := h.complete(succeed(ex[0], at(70*time.Second))); !ap[0] {
+		h.Fatalf("Complete not applied")
+	}
+	h.equalTime("succeeded item's UpdatedAt", h.item(id).UpdatedAt, at(70*time.Second))
 }
 
 func testHeartbeat(h *h) {
