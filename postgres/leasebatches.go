@@ -84,8 +84,13 @@ const batchToken = `2 * (SELECT id FROM nb) + 1`
 // of up to batchesSweep expired batches that may (of req's pipelines,
 // oldest expiry first), takes over up to req.Limit of their leases that
 // expired, oldest first, into a batch of its own, and writes each batch
-// read back with the leases it still holds under their earliest expiry,
-// or deletes it if it holds none. Items another transaction has locked
+// read back with the leases it still holds under their earliest expiry
+// and with their pipelines, or deletes it if it holds none. A batch's
+// pipelines are first its claim's; written back, they are those of the
+// leases it still holds, so that a batch left holding only leases of
+// pipelines this rescuer does not serve leaves its way: read again by it
+// under its old expiry, sixteen such batches (of a process that served
+// more pipelines, gone) would be all it ever read. Items another transaction has locked
 // (a completion under way) are left, and stay in their batch.
 func (s *Store) claimExpiredSQL(req redrive.ClaimRequest) (string, args) {
 	var a args
@@ -103,7 +108,7 @@ func (s *Store) claimExpiredSQL(req redrive.ClaimRequest) (string, args) {
 	bs AS MATERIALIZED (SELECT id, ids, tokens FROM ` + s.q + `.lease_batches
 		WHERE expires_at < ` + now + ` AND (held IS NULL OR held > 0) AND pipelines && ` + pipes + `::text[]
 		ORDER BY expires_at, id LIMIT ` + strconv.Itoa(batchesSweep) + ` FOR UPDATE SKIP LOCKED),
-	open AS MATERIALIZED (SELECT b.id AS batch, i.ctid AS t, i.id, u.token, i.lease_expires_at AS e, (` + due + `) AS due
+	open AS MATERIALIZED (SELECT b.id AS batch, i.ctid AS t, i.id, u.token, i.lease_expires_at AS e, i.pipeline AS p, (` + due + `) AS due
 		FROM bs b, unnest(b.ids, coalesce(b.tokens, array_fill(2 * b.id + 1, ARRAY[cardinality(b.ids)]))) AS u(id, token)
 		JOIN ` + s.q + `.items i ON i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.lease_expires_at IS NOT NULL
 			AND i.id = ANY(ARRAY(SELECT x FROM bs, unnest(bs.ids) AS x))),
@@ -111,10 +116,10 @@ func (s *Store) claimExpiredSQL(req redrive.ClaimRequest) (string, args) {
 		WHERE i.id = ANY(ARRAY(SELECT id FROM open WHERE due ORDER BY e, id LIMIT ` + lim + `)) AND ` + due + `
 		FOR UPDATE SKIP LOCKED),
 	kept AS MATERIALIZED (SELECT batch, min(e) AS e, array_agg(id ORDER BY id) AS ids, array_agg(token ORDER BY id) AS tokens,
-			count(*)::int AS n
+			count(*)::int AS n, array_agg(DISTINCT p) AS ps
 		FROM open WHERE id NOT IN (SELECT id FROM took) GROUP BY batch),
 	rewritten AS (UPDATE ` + s.q + `.lease_batches b SET expires_at = k.e, ids = k.ids,
-			tokens = CASE WHEN b.tokens IS NULL THEN NULL ELSE k.tokens END, held = k.n
+			tokens = CASE WHEN b.tokens IS NULL THEN NULL ELSE k.tokens END, held = k.n, pipelines = k.ps
 		FROM kept k WHERE b.id = k.batch),
 	gone AS (DELETE FROM ` + s.q + `.lease_batches WHERE id IN (SELECT id FROM bs) AND id NOT IN (SELECT batch FROM kept)),
 	` + s.claimBatch(upd, until, pipes) + `
