@@ -99,7 +99,7 @@ func (s *Store) causeWalkSQL(ctx context.Context, f redrive.ItemFilter) (sql str
 		rest.States = nil // both: the literal condition below
 	}
 	if len(conds) == 0 {
-		return `SELECT ` + itemCols + ` FROM ` + s.q + `.items WHERE false`, nil, true, nil
+		return `SELECT ` + s.itemCols() + ` FROM ` + s.q + `.items WHERE false`, nil, true, nil
 	}
 	where := s.itemWhere(rest, &a)
 	after, limit := a.add(f.AfterID), a.add(f.Limit)
@@ -107,7 +107,7 @@ func (s *Store) causeWalkSQL(ctx context.Context, f redrive.ItemFilter) (sql str
 	for i, c := range conds {
 		// The state condition is a literal, so that items_cause's predicate
 		// is implied in a generic plan too.
-		arms[i] = `(SELECT ` + itemCols + ` FROM ` + s.q + `.items
+		arms[i] = `(SELECT ` + s.itemCols() + ` FROM ` + s.q + `.items
 			WHERE state IN ('dead', 'canceled') AND ` + strings.Join(c, " AND ") + ` AND id > ` + after + `
 			AND ` + where + ` ORDER BY id LIMIT ` + limit + `)`
 	}

@@ -13,11 +13,18 @@ import (
 )
 
 // itemCols are the columns an itemScanner reads, in order.
-const itemCols = `id, run_id, pipeline, coalesce(key, ''), stage, stage_index, state, priority,
+func (s *Store) itemCols() string { return itemColsWith(s.updatedExpr()) }
+
+// itemColsWith is itemCols with updated as the item's updated_at: a
+// statement that leases items returns its own time there, when their
+// leases began (see updatedExpr).
+func itemColsWith(updated string) string {
+	return `id, run_id, pipeline, coalesce(key, ''), stage, stage_index, state, priority,
 	attempt, rate_limit_waits, payload, input, enqueued_at, next_at, lease_owner,
-	lease_expires_at, ` + updatedExpr + `, reason_stage, reason_class, reason_error,
+	lease_expires_at, ` + updated + `, reason_stage, reason_class, reason_error,
 	reason_attempts, reason_at, lease_token,
 	failed_attempts, order_at, attempt_started_at, lease_losses, traceparent, tracestate`
+}
 
 // itemScanner reads rows of itemCols into items. A claim reads all its rows
 // with one, so that a row costs the item's own strings and bytes and
@@ -124,7 +131,9 @@ func (a *args) add(v any) string {
 
 // reachedAt is the time an item reached its state, as ItemFilter.Since and
 // Until bound it.
-const reachedAt = `(CASE WHEN state IN ('dead', 'canceled') THEN coalesce(reason_at, updated_at) ELSE ` + updatedExpr + ` END)`
+func (s *Store) reachedAt() string {
+	return `(CASE WHEN state IN ('dead', 'canceled') THEN coalesce(reason_at, updated_at) ELSE ` + s.updatedExpr() + ` END)`
+}
 
 // itemWhere returns the conditions selecting f (without WHERE), always at
 // least "true". Since is inclusive, Until exclusive. Limit is left to the
@@ -159,10 +168,10 @@ func (s *Store) itemWhere(f redrive.ItemFilter, a *args) string {
 		conds = append(conds, "reason_fingerprint = "+a.add(f.Fingerprint))
 	}
 	if !f.Since.IsZero() {
-		conds = append(conds, reachedAt+" >= "+a.add(f.Since))
+		conds = append(conds, s.reachedAt()+" >= "+a.add(f.Since))
 	}
 	if !f.Until.IsZero() {
-		conds = append(conds, reachedAt+" < "+a.add(f.Until))
+		conds = append(conds, s.reachedAt()+" < "+a.add(f.Until))
 	}
 	if f.AfterID > 0 {
 		conds = append(conds, "id > "+a.add(f.AfterID))

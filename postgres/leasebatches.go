@@ -66,14 +66,15 @@ func (s *Store) shortenBatches(src, until string) string {
 
 // claimBatch is the WITH queries nb, c and l: c is upd, an UPDATE of
 // items that leases rows with batchToken and returns their itemCols; nb
-// is the new batch's ID and l records the batch with expiry until and
-// the claim's pipelines (SQL expressions, the second a text[]). The
-// statement ends SELECT * FROM c.
-func (s *Store) claimBatch(upd, until, pipelines string) string {
+// is the new batch's ID and l records the batch with expiry until, the
+// time its leases began (now) and the claim's pipelines (SQL
+// expressions, the last a text[]). The statement ends SELECT * FROM c.
+func (s *Store) claimBatch(upd, until, now, pipelines string) string {
 	return `nb AS MATERIALIZED (SELECT nextval('` + s.q + `.lease_batches_id_seq') AS id),
 	c AS (` + upd + `),
-	l AS (INSERT INTO ` + s.q + `.lease_batches (id, expires_at, ids, held, pipelines)
-		SELECT (SELECT id FROM nb), ` + until + `, array_agg(id), count(*), ` + pipelines + `::text[] FROM c HAVING count(*) > 0)`
+	l AS (INSERT INTO ` + s.q + `.lease_batches (id, expires_at, ids, held, pipelines, claimed_at)
+		SELECT (SELECT id FROM nb), ` + until + `, array_agg(id), count(*), ` + pipelines + `::text[], ` + now + `
+		FROM c HAVING count(*) > 0)`
 }
 
 // batchToken is the token of claimBatch's leases.
@@ -99,9 +100,9 @@ func (s *Store) claimExpiredSQL(req redrive.ClaimRequest) (string, args) {
 	lim := a.add(req.Limit)
 	due := `i.lease_expires_at < ` + now + ` AND i.pipeline = ANY(` + pipes + `::text[])` + stageFilter(req, "i", &a)
 	upd := `UPDATE ` + s.q + `.items SET lease_token = ` + batchToken + `,
-			lease_owner = ` + owner + `, lease_expires_at = ` + until + `, leased_at = ` + now + `
+			lease_owner = ` + owner + `, lease_expires_at = ` + until + `
 		WHERE ctid = ANY(ARRAY(SELECT t FROM took))
-		RETURNING ` + itemCols
+		RETURNING ` + itemColsWith(now+`::timestamptz`)
 	return `WITH ended AS (DELETE FROM ` + s.q + `.lease_batches WHERE id = ANY(ARRAY(
 			SELECT id FROM ` + s.q + `.lease_batches WHERE expires_at < ` + now + ` AND held = 0
 			ORDER BY expires_at LIMIT ` + strconv.Itoa(batchesEnded) + ` FOR UPDATE SKIP LOCKED))),
@@ -122,19 +123,19 @@ func (s *Store) claimExpiredSQL(req redrive.ClaimRequest) (string, args) {
 			tokens = CASE WHEN b.tokens IS NULL THEN NULL ELSE k.tokens END, held = k.n, pipelines = k.ps
 		FROM kept k WHERE b.id = k.batch),
 	gone AS (DELETE FROM ` + s.q + `.lease_batches WHERE id IN (SELECT id FROM bs) AND id NOT IN (SELECT batch FROM kept)),
-	` + s.claimBatch(upd, until, pipes) + `
+	` + s.claimBatch(upd, until, now, pipes) + `
 	SELECT * FROM c`, a
 }
 
 // needsMigration explains err, from a claim, when the schema predates
-// migration 0029 (no lease_batches) or 0030 (no leased_at): a process of
+// migration 0029 (no lease_batches) or 0030 (no claimed_at): a process of
 // this build that runs ahead of its schema (Options.Migrate off) cannot
 // claim until the migration is applied, and says so rather than name a
 // missing table or column.
 func needsMigration(err error) error {
 	for _, m := range []struct{ code, name, migration string }{
 		{"42P01", "lease_batches", "0029"},
-		{"42703", "leased_at", "0030"},
+		{"42703", "claimed_at", "0030"},
 	} {
 		// pgx reports a statement of a batch that cannot be prepared in an
 		// error of its own, which does not wrap the server's.

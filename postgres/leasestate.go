@@ -17,11 +17,17 @@ import (
 const stateExpr = `(CASE WHEN state = 'pending' AND lease_expires_at IS NOT NULL THEN 'running' ELSE state END)`
 
 // updatedExpr is when an item was last updated, as the store reports it:
-// for a running item, when its lease began (leased_at, migration 0030),
-// since a claim leaves updated_at alone. The later of the two, because a
-// process older than the column leaves an earlier lease's leased_at behind,
-// and no lease begins before its item became pending.
-const updatedExpr = `(CASE WHEN state = 'pending' AND lease_expires_at IS NOT NULL THEN greatest(updated_at, leased_at) ELSE updated_at END)`
+// for a running item, when its lease began, since a claim leaves
+// updated_at alone. The claim records that time once, in its batch
+// (claimed_at, migration 0030), not in each item's row, which would then
+// need more room for the heap-only version; the lease's token names the
+// batch. The later of the two, because a claim of a process older than
+// the column leaves claimed_at NULL, and no lease begins before its item
+// became pending.
+func (s *Store) updatedExpr() string {
+	return `(CASE WHEN state = 'pending' AND lease_expires_at IS NOT NULL THEN greatest(updated_at,
+		(SELECT lb.claimed_at FROM ` + s.q + `.lease_batches lb WHERE lb.id = lease_token >> 1)) ELSE updated_at END)`
+}
 
 // stateCond is the condition that an item is in state st.
 func (s *Store) stateCond(a *args, st redrive.State) string {

@@ -16,7 +16,7 @@ import (
 
 // GetItem returns one item, or an error wrapping redrive.ErrNotFound.
 func (s *Store) GetItem(ctx context.Context, id int64) (redrive.Item, error) {
-	rows, err := s.pool.Query(ctx, `SELECT `+itemCols+` FROM `+s.q+`.items WHERE id = $1`, id)
+	rows, err := s.pool.Query(ctx, `SELECT `+s.itemCols()+` FROM `+s.q+`.items WHERE id = $1`, id)
 	if err != nil {
 		return redrive.Item{}, s.fail("get item", err)
 	}
@@ -86,7 +86,7 @@ func (s *Store) listItemsSQL(ctx context.Context, f redrive.ItemFilter) (sql str
 			return sql, a, causeWalkPlan, err
 		}
 	}
-	return `SELECT ` + itemCols + ` FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit), a, "", nil
+	return `SELECT ` + s.itemCols() + ` FROM ` + s.q + `.items WHERE ` + s.itemWhere(f, &a) + ` ORDER BY id` + limitClause(&a, f.Limit), a, "", nil
 }
 
 // walksRun reports whether ListItems reads f by walking the run's items in
@@ -130,14 +130,14 @@ func (s *Store) runWalkSQL(f redrive.ItemFilter, a *args) string {
 			// Running items are stored pending (leasestate.go); they are
 			// the items in flight, looked up by ID. Ordered as the other
 			// arms, so that the arms are appended and sorted once.
-			arms[i] = `(SELECT ` + itemCols + ` FROM ` + s.q + `.items
+			arms[i] = `(SELECT ` + s.itemCols() + ` FROM ` + s.q + `.items
 				WHERE ` + s.stateCond(a, st) + ` AND run_id = ` + run + ` AND id > ` + after + `
 				AND ` + where + ` ORDER BY state, id LIMIT ` + limit + `)`
 			continue
 		}
 		stored, lease := storedState(st)
 		state := a.add(string(stored))
-		arms[i] = `(SELECT ` + itemCols + ` FROM ` + s.q + `.items
+		arms[i] = `(SELECT ` + s.itemCols() + ` FROM ` + s.q + `.items
 			WHERE run_id = ` + run + ` AND state >= ` + state + ` AND state <= ` + state + lease + ` AND id > ` + after + `
 			AND ` + where + ` ORDER BY state, id LIMIT ` + limit + `)`
 	}

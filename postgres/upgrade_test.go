@@ -152,13 +152,13 @@ func TestUpgradeKeepsRunningLeases(t *testing.T) {
 	}
 }
 
-// TestUpgradeLeasedAt migrates a schema at 0029, where a running item
+// TestUpgradeClaimedAt migrates a schema at 0029, where a running item
 // reported as updated when it last became pending, to 0030: a claim by
 // this build ahead of its schema names the migration; after it, a running
-// item reports when its lease began, and a claim by a process of the build
-// before (which leaves leased_at as it was) reports no earlier than the
-// item became pending.
-func TestUpgradeLeasedAt(t *testing.T) {
+// item reports when its lease began, and one leased by a process of the
+// build before (whose batches have no claimed_at) reports when it became
+// pending, as under 0029.
+func TestUpgradeClaimedAt(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	s, q := storeAt(t, 29)
@@ -175,19 +175,16 @@ func TestUpgradeLeasedAt(t *testing.T) {
 	if len(ls) != 1 || !ls[0].Item.UpdatedAt.Equal(t0.Add(time.Second)) {
 		t.Fatalf("claim after the migration: %+v; want UpdatedAt t0 + 1 s", ls)
 	}
-	// Item 1 went back to pending at t0 + 2 s, keeping its leased_at; a
-	// process of 0029's build claims it at t0 + 3 s in its form.
-	if _, err := s.Pool().Exec(ctx, `UPDATE `+q+`.items SET lease_token = lease_token + 1, lease_owner = '',
-		lease_expires_at = NULL, updated_at = $1 WHERE id = 1`, t0.Add(2*time.Second)); err != nil {
+	if it, err := s.GetItem(ctx, ls[0].Item.ID); err != nil || !it.UpdatedAt.Equal(t0.Add(time.Second)) {
+		t.Fatalf("claimed item: %+v, %v; want UpdatedAt t0 + 1 s", it, err)
+	}
+	// The batch as a process of 0029's build writes it.
+	if _, err := s.Pool().Exec(ctx, `UPDATE `+q+`.lease_batches SET claimed_at = NULL`); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.Pool().Exec(ctx, `UPDATE `+q+`.items SET lease_token = lease_token + 2, lease_owner = 'old',
-		lease_expires_at = $1 WHERE id = 1`, t0.Add(time.Minute)); err != nil {
-		t.Fatal(err)
-	}
-	it, err := s.GetItem(ctx, 1)
-	if err != nil || it.State != redrive.StateRunning || !it.UpdatedAt.Equal(t0.Add(2*time.Second)) {
-		t.Fatalf("item claimed by the build before: %+v, %v; want running, UpdatedAt t0 + 2 s", it, err)
+	it, err := s.GetItem(ctx, ls[0].Item.ID)
+	if err != nil || it.State != redrive.StateRunning || !it.UpdatedAt.Equal(t0) {
+		t.Fatalf("item leased by the build before: %+v, %v; want running, UpdatedAt t0 (its enqueue)", it, err)
 	}
 }
 

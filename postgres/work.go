@@ -417,15 +417,14 @@ func (s *Store) claimSQL(req redrive.ClaimRequest, from *readyKey) (string, args
 	// later claim takes it.
 	//
 	// The claim changes no indexed column (leasestate.go): not the state,
-	// not updated_at, which the way out of the lease sets; leased_at, in no
-	// index, records when the lease began. Its leases take
+	// not updated_at, which the way out of the lease sets; the batch records
+	// when the leases began (see updatedExpr). Its leases take
 	// the tokens of a new batch (leasebatches.go).
 	upd := `UPDATE ` + s.q + `.items SET lease_token = ` + batchToken + `,
-		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, attempt_started_at = ` + a.add(started) + `,
-		leased_at = ` + now + `
+		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, attempt_started_at = ` + a.add(started) + `
 	WHERE ctid = ANY(ARRAY(` + pick + `))
-	RETURNING ` + itemCols
-	return `WITH ` + s.claimBatch(upd, until, pipes) + ` SELECT * FROM c`, a
+	RETURNING ` + itemColsWith(now+`::timestamptz`)
+	return `WITH ` + s.claimBatch(upd, until, now, pipes) + ` SELECT * FROM c`, a
 }
 
 // planSettings are the planner settings of a claim (see claimOrdered).
