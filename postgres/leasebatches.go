@@ -86,13 +86,15 @@ const batchToken = `2 * (SELECT id FROM nb) + 1`
 // oldest expiry first), takes over up to req.Limit of their leases that
 // expired, oldest first, into a batch of its own, and writes each batch
 // read back with the leases it still holds under their earliest expiry
-// and with their pipelines, or deletes it if it holds none. A batch's
-// pipelines are first its claim's; written back, they are those of the
-// leases it still holds, so that a batch left holding only leases of
-// pipelines this rescuer does not serve leaves its way: read again by it
-// under its old expiry, sixteen such batches (of a process that served
-// more pipelines, gone) would be all it ever read. Items another transaction has locked
-// (a completion under way) are left, and stay in their batch.
+// and with their pipelines, or deletes it if it holds none. Items another
+// transaction has locked (a completion under way) are left, and stay in
+// their batch.
+//
+// A batch's pipelines are first its claim's; written back, they are those
+// of the leases it still holds, so that a batch left holding only leases
+// of pipelines this rescuer does not serve leaves its way: read again by
+// it under its old expiry, sixteen such batches (of a process that served
+// more pipelines, gone) would be all it ever read.
 func (s *Store) claimExpiredSQL(req redrive.ClaimRequest) (string, args) {
 	var a args
 	owner, until, now := a.add(req.Owner), a.add(req.LeaseUntil), a.add(req.Now)
