@@ -2,10 +2,12 @@ package main
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"runtime/pprof"
+	"slices"
 	"strconv"
 	"time"
 
@@ -29,6 +31,8 @@ func newBenchCmd() *cobra.Command {
 		real                          bench.RealOptions
 		rounds                        int
 		vacuumAfter                   int
+		ratioRounds                   int
+		checkpoint                    bool
 	)
 	cmd := &cobra.Command{
 		Use:   "bench",
@@ -47,6 +51,9 @@ backends that serve it (on the same host, found by their client ports), time
 in claims and completions, batch sizes, and this process's heap allocations
 per item (objects and bytes). On PostgreSQL it also
 prints COPY and the older bare SQL queue (no attempts, no fencing).
+--ratio-rounds N measures the ratio N times, each later time on a new store,
+and prints the median; --checkpoint (PostgreSQL) runs CHECKPOINT before each
+phase. On a shared machine one ratio swings by a tenth or more.
 
 Without --db it uses a fresh SQLite file in a temporary directory, never the
 database of REDRIVE_DATABASE_URL. With a
@@ -60,6 +67,12 @@ afterwards, unless --pg-schema is given.`,
 			if err := checkShape(shape, items, waiting, claimLimit, samples); err != nil {
 				return err
 			}
+			if ratioRounds < 1 {
+				return flagErrorf("ratio-rounds", "--ratio-rounds must be at least 1, not %d", ratioRounds)
+			}
+			if ratioRounds > 1 && (shape != bench.ShapeNoop || stages != 1 || rounds > 1) {
+				return flagErrorf("ratio-rounds", "--ratio-rounds needs --shape noop with one stage and one round")
+			}
 			ctx := cmd.Context()
 			c := dbConfigFrom(ctx)
 			url, cleanup, err := benchDatabase(cmd)
@@ -70,6 +83,9 @@ afterwards, unless --pg-schema is given.`,
 			t, err := parseDBURL(url)
 			if err != nil {
 				return err
+			}
+			if checkpoint && t.Kind != storeurl.Postgres {
+				return flagErrorf("checkpoint", "--checkpoint needs a PostgreSQL database (--db postgres://...)")
 			}
 			schema := c.Schema
 			dropSchema := false
@@ -154,10 +170,25 @@ afterwards, unless --pg-schema is given.`,
 				bench.PrintRounds(cmd.OutOrStdout(), redactURL(url), rs)
 				return nil
 			}
-			res, err := bench.NoopWithLimits(ctx, store, bench.NoopOptions{Items: items, Stages: stages, Workers: workers,
-				Batch: batch, URL: url, Schema: schema, InsertRounds: insertRoundsN, CPUProfile: profile})
+			opts := bench.NoopOptions{Items: items, Stages: stages, Workers: workers, Batch: batch, URL: url, Schema: schema,
+				InsertRounds: insertRoundsN, CPUProfile: profile, Checkpoint: checkpoint}
+			res, err := bench.NoopWithLimits(ctx, store, opts)
 			if err != nil {
 				return err
+			}
+			if ratioRounds > 1 {
+				ratios := []float64{res.WorkOverAudited}
+				opts.InsertRounds, opts.CPUProfile = 0, nil
+				for r := 2; r <= ratioRounds; r++ {
+					x, err := ratioRound(ctx, url, t.Kind, schema, r, vacuumAfter, opts)
+					if err != nil {
+						return err
+					}
+					ratios = append(ratios, x)
+				}
+				res.WorkOverAuditedRounds = ratios
+				sorted := slices.Sorted(slices.Values(ratios))
+				res.WorkOverAuditedMedian = sorted[len(sorted)/2]
 			}
 			res.Store = redactURL(url)
 			return benchOutput(cmd, asJSON, res, bench.PrintNoop)
@@ -179,6 +210,8 @@ afterwards, unless --pg-schema is given.`,
 	cmd.Flags().IntVar(&samples, "samples", 200, "--shape backlog: timed claims per measurement")
 	cmd.Flags().IntVar(&insertRoundsN, "insert-rounds", 5, "--shape noop on PostgreSQL: after the run, measure the insert against COPY this many times more, alternated, in a scratch schema, and print the median ratio (0: skip)")
 	cmd.Flags().IntVar(&rounds, "rounds", 1, "--shape noop: work --items this many times on the same store, deleting succeeded items as they finish, and compare the last round with the first (rate, and CPU per item)")
+	cmd.Flags().IntVar(&ratioRounds, "ratio-rounds", 1, "--shape noop with one stage: measure the engine against the audited bare loop this many times, each later time on a new store (PostgreSQL: a new schema; SQLite: a new file), and print the median ratio")
+	cmd.Flags().BoolVar(&checkpoint, "checkpoint", false, "--shape noop on PostgreSQL: run CHECKPOINT before each measured phase, so that none pays for a checkpoint an earlier one started (needs a superuser or the role pg_checkpoint)")
 	cmd.Flags().IntVar(&vacuumAfter, "vacuum-after", 0, "PostgreSQL: items retention deletes between two of the store's own VACUUMs (0: the store's default, 500000; negative: none, autovacuum alone)")
 	cmd.Flags().IntVar(&real.Procs, "procs", 1, "--shape real: worker processes, this one included (PostgreSQL)")
 	cmd.Flags().IntVar(&real.Payload, "payload", 1024, "--shape real: payload bytes per item")
@@ -228,6 +261,40 @@ func benchDatabase(cmd *cobra.Command) (url string, cleanup func(), err error) {
 		return "", nil, err
 	}
 	return "sqlite:" + filepath.Join(dir, "bench.db"), func() { os.RemoveAll(dir) }, nil
+}
+
+// ratioRound measures the engine against the audited bare loop (see
+// bench.NoopWithLimits) once more, round r of --ratio-rounds, on a store
+// of its own: on PostgreSQL in schema <schema>_round<r>, on SQLite in a new
+// file in a temporary directory; either is removed after. A new store for
+// each round keeps the rounds alike: on the first round's store a later
+// round would find the earlier rounds' items and attempts.
+func ratioRound(ctx context.Context, url string, kind storeurl.Kind, schema string, r, vacuumAfter int, o bench.NoopOptions) (float64, error) {
+	o.Schema = schema + "_round" + strconv.Itoa(r)
+	if kind != storeurl.Postgres {
+		dir, err := os.MkdirTemp("", "redrive-bench-")
+		if err != nil {
+			return 0, err
+		}
+		defer os.RemoveAll(dir)
+		url = "sqlite:" + filepath.Join(dir, "bench.db")
+	}
+	o.URL = url
+	store, closeStore, err := openStoreWith(ctx, url, openOptions{Schema: o.Schema, Migrate: true, VacuumAfter: vacuumAfter})
+	if err != nil {
+		return 0, err
+	}
+	defer closeStore()
+	if pg, ok := store.(*postgres.Store); ok {
+		defer func() {
+			_, _ = pg.Pool().Exec(context.Background(), "DROP SCHEMA IF EXISTS "+pgx.Identifier{o.Schema}.Sanitize()+" CASCADE")
+		}()
+	}
+	res, err := bench.NoopWithLimits(ctx, store, o)
+	if err != nil {
+		return 0, fmt.Errorf("bench: ratio round %d: %w", r, err)
+	}
+	return res.WorkOverAudited, nil
 }
 
 // benchOutput writes a bench result r as JSON, or as print writes it.

@@ -6,8 +6,11 @@ import (
 	"encoding/json"
 	"math"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+
+	"github.com/jackc/pgx/v5"
 
 	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/internal/bench"
@@ -134,6 +137,68 @@ func TestBenchAudited(t *testing.T) {
 	t.Run("postgres", func(t *testing.T) {
 		url, _ := pgtest.NewSchema(t)
 		check(t, []string{"--db", url}, true)
+	})
+}
+
+// bench --ratio-rounds measures the engine against the audited bare loop
+// once per round, each later round on a store of its own that it removes
+// after, and prints the median; --checkpoint runs on PostgreSQL alone.
+func TestBenchRatioRounds(t *testing.T) {
+	check := func(t *testing.T, args []string, flags ...string) {
+		args = append(args, "bench", "--items", "400", "--workers", "4", "--batch", "100", "--insert-rounds", "0",
+			"--ratio-rounds", "3", "--json")
+		r := runCLI(t, nil, append(args, flags...)...)
+		if r.code != 0 {
+			t.Fatalf("bench --ratio-rounds 3: %v", r)
+		}
+		var res bench.Result
+		if err := json.Unmarshal([]byte(r.stdout), &res); err != nil {
+			t.Fatalf("%v: %s", err, r.stdout)
+		}
+		rs := res.WorkOverAuditedRounds
+		if len(rs) != 3 || rs[0] != res.WorkOverAudited {
+			t.Fatalf("rounds %v, want 3 with the first %v", rs, res.WorkOverAudited)
+		}
+		for _, x := range rs {
+			if x <= 0 {
+				t.Errorf("a round's ratio is %v", x)
+			}
+		}
+		sorted := slices.Sorted(slices.Values(rs))
+		if res.WorkOverAuditedMedian != sorted[1] {
+			t.Errorf("median %v of %v", res.WorkOverAuditedMedian, rs)
+		}
+	}
+	t.Run("sqlite", func(t *testing.T) {
+		check(t, nil)
+		for _, args := range [][]string{
+			{"bench", "--ratio-rounds", "0"},
+			{"bench", "--ratio-rounds", "2", "--stages", "2"},
+			{"bench", "--ratio-rounds", "2", "--shape", "deaths"},
+			{"bench", "--checkpoint"},
+		} {
+			r := runCLI(t, nil, args...)
+			if r.code != 2 || !strings.Contains(r.stderr, "--"+strings.TrimPrefix(args[1], "--")) {
+				t.Errorf("%v: %v, want exit 2 naming %s", args, r, args[1])
+			}
+		}
+	})
+	t.Run("postgres", func(t *testing.T) {
+		url, schema := pgtest.NewSchema(t)
+		check(t, []string{"--db", url, "--pg-schema", schema}, "--checkpoint")
+		conn, err := pgx.Connect(context.Background(), url)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Close(context.Background())
+		var left int
+		if err := conn.QueryRow(context.Background(), `SELECT count(*) FROM pg_namespace WHERE nspname LIKE $1 || '\_round%'`,
+			schema).Scan(&left); err != nil {
+			t.Fatal(err)
+		}
+		if left != 0 {
+			t.Errorf("%d schemas of later rounds left behind", left)
+		}
 	})
 }
 

@@ -63,6 +63,11 @@ type Result struct {
 	// On PostgreSQL with --insert-rounds, the insert measured against COPY
 	// in alternated rounds (see InsertRounds).
 	InsertRounds *InsertRoundsResult `json:"insert_rounds,omitempty"`
+	// With --ratio-rounds, WorkOverAudited of each round, the first this
+	// result's own and each later one measured on a new store, and their
+	// median.
+	WorkOverAuditedRounds []float64 `json:"work_over_audited_rounds,omitempty"`
+	WorkOverAuditedMedian float64   `json:"work_over_audited_median,omitempty"`
 }
 
 // NoopOptions are the settings of NoopWithLimits.
@@ -84,6 +89,12 @@ type NoopOptions struct {
 	// work alone: from Start until the last stage completion. Default nil,
 	// no profile.
 	CPUProfile io.Writer
+	// Checkpoint, on PostgreSQL, runs CHECKPOINT before each measured
+	// phase (the audited loop, the bare SQL queue, the engine), so that
+	// none of them pays for a checkpoint that an earlier phase's WAL
+	// started. It needs a superuser or the role pg_checkpoint. Default
+	// false: the server checkpoints when it will.
+	Checkpoint bool
 }
 
 // NoopWithLimits works o.Items items through a no-op pipeline (see Noop)
@@ -104,15 +115,33 @@ func NoopWithLimits(ctx context.Context, store redrive.Store, o NoopOptions) (Re
 		costBefore, costAfter     Cost
 		bareBefore, bareAfter     postgres.BareResult
 	)
+	checkpoint := func() error {
+		if !o.Checkpoint || !isPG {
+			return nil
+		}
+		if _, err := pg.Pool().Exec(ctx, "CHECKPOINT"); err != nil {
+			return fmt.Errorf("bench: checkpoint (it needs a superuser or the role pg_checkpoint): %w", err)
+		}
+		return nil
+	}
 	if limits {
+		if err := checkpoint(); err != nil {
+			return res, err
+		}
 		if auditedBefore, costBefore, err = Audited(ctx, store, o.Schema, o.Items, batch, AuditedLoops, payload); err != nil {
 			return res, err
 		}
 		if isPG {
+			if err := checkpoint(); err != nil {
+				return res, err
+			}
 			if bareBefore, err = pg.BareQueue(ctx, o.Items, batch, AuditedLoops, payload); err != nil {
 				return res, err
 			}
 		}
+	}
+	if err := checkpoint(); err != nil {
+		return res, err
 	}
 	if res, err = Noop(ctx, store, o.Schema, o.Items, o.Stages, o.Workers, o.Batch, 0, o.CPUProfile); err != nil {
 		return res, err
@@ -121,9 +150,15 @@ func NoopWithLimits(ctx context.Context, store redrive.Store, o NoopOptions) (Re
 		return res, nil
 	}
 	if isPG {
+		if err := checkpoint(); err != nil {
+			return res, err
+		}
 		if bareAfter, err = pg.BareQueue(ctx, o.Items, batch, AuditedLoops, payload); err != nil {
 			return res, err
 		}
+	}
+	if err := checkpoint(); err != nil {
+		return res, err
 	}
 	if auditedAft, costAfter, err = Audited(ctx, store, o.Schema, o.Items, batch, AuditedLoops, payload); err != nil {
 		return res, err
@@ -164,6 +199,14 @@ func PrintNoop(w io.Writer, res Result) {
 	if res.AuditedPerSecond > 0 {
 		fmt.Fprintf(w, "audited bare loop  %.0f items/s, before and after the engine %.0f and %.0f  (work / audited = %.2f)\n",
 			res.AuditedPerSecond, res.AuditedBefore, res.AuditedAfter, res.WorkOverAudited)
+	}
+	if len(res.WorkOverAuditedRounds) > 1 {
+		fmt.Fprintf(w, "work / audited     %.2f, the median of %d rounds, each on a new store:", res.WorkOverAuditedMedian,
+			len(res.WorkOverAuditedRounds))
+		for _, r := range res.WorkOverAuditedRounds {
+			fmt.Fprintf(w, " %.2f", r)
+		}
+		fmt.Fprintln(w)
 	}
 	c := func(name string, c Cost) {
 		fmt.Fprintf(w, "%-19sµs per item: CPU %.1f here", name, c.ProcessCPU)
