@@ -77,3 +77,70 @@ func TestRescueReachesPastOtherPipelines(t *testing.T) {
 		t.Fatalf("%d expired batches still hold leases", batches)
 	}
 }
+
+// TestCompletionSkipsALockedBatch: a completion whose claim's row in
+// lease_batches another transaction holds (here one left open; in use,
+// a completion of the claim's other leases not yet committed) does not
+// wait for it. It applies at once and leaves the batch counted high by
+// its lease; once the batch expires, the rescuer reads its items, finds
+// the lease ended and deletes the batch, taking nothing.
+func TestCompletionSkipsALockedBatch(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := pgtest.OpenStore(t)
+	run := mustRun(t, s, "p")
+	enqueue(t, s, run, redrive.NewItem{}, redrive.NewItem{})
+	ls, err := s.Claim(ctx, redrive.ClaimRequest{Owner: "w", Pipelines: []string{"p"}, Limit: 2, Now: t0, LeaseUntil: t0.Add(time.Minute)})
+	if err != nil || len(ls) != 2 {
+		t.Fatalf("claim: %d leases, %v", len(ls), err)
+	}
+	batches := `"` + s.Schema() + `".lease_batches`
+	tx, err := s.Pool().Begin(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer tx.Rollback(ctx)
+	var held int
+	if err := tx.QueryRow(ctx, `SELECT held FROM `+batches+` WHERE id = $1 FOR UPDATE`, ls[0].Token>>1).Scan(&held); err != nil || held != 2 {
+		t.Fatalf("the claim's batch: held %d, %v; want 2", held, err)
+	}
+	// Bounded so that a completion that waits for the lock fails the
+	// test rather than hanging it.
+	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	at := t0.Add(time.Second)
+	applied, err := s.Complete(cctx, []redrive.Completion{{ItemID: ls[0].Item.ID, Token: ls[0].Token, State: redrive.StateSucceeded,
+		Stage: ls[0].Item.Stage, Attempt: 1, Now: at, Record: redrive.Attempt{ItemID: ls[0].Item.ID, RunID: run.ID, Pipeline: "p",
+			Stage: ls[0].Item.Stage, Number: 1, Outcome: redrive.OutcomeSucceeded, StartedAt: t0, FinishedAt: at}}})
+	if err != nil || !applied[0] {
+		t.Fatalf("completion beside a locked batch: applied %v, %v", applied, err)
+	}
+	if err := tx.Commit(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT held FROM `+batches+` WHERE id = $1`, ls[0].Token>>1).Scan(&held); err != nil || held != 2 {
+		t.Fatalf("the batch after the completion skipped it: held %d, %v; want 2 (counted high)", held, err)
+	}
+	it, err := s.GetItem(ctx, ls[0].Item.ID)
+	if err != nil || it.State != redrive.StateSucceeded {
+		t.Fatalf("the completed item: %v, %v", it.State, err)
+	}
+	// The other lease ends too, counted off as usual.
+	if err := s.Release(ctx, []redrive.LeaseRef{ls[1].Ref()}, at); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Pool().QueryRow(ctx, `SELECT held FROM `+batches+` WHERE id = $1`, ls[0].Token>>1).Scan(&held); err != nil || held != 1 {
+		t.Fatalf("the batch after a release: held %d, %v; want 1", held, err)
+	}
+	// The released item is pending again, for a claim, not the rescuer,
+	// which reads the expired batch, finds no lease held and deletes it.
+	later := t0.Add(time.Hour)
+	took, err := s.ClaimExpired(ctx, redrive.ClaimRequest{Owner: "rescuer", Pipelines: []string{"p"}, Limit: 10, Now: later, LeaseUntil: later.Add(time.Minute)})
+	if err != nil || len(took) != 0 {
+		t.Fatalf("rescue: took %d, %v; want none", len(took), err)
+	}
+	var left int
+	if err := s.Pool().QueryRow(ctx, `SELECT count(*) FROM `+batches).Scan(&left); err != nil || left != 0 {
+		t.Fatalf("batches left after the rescue: %d, %v; want 0", left, err)
+	}
+}
