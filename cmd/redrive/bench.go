@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/spf13/cobra"
 
+	"github.com/redrive/redrive"
 	"github.com/redrive/redrive/internal/bench"
 	"github.com/redrive/redrive/postgres"
 	"github.com/redrive/redrive/storeurl"
@@ -170,6 +171,9 @@ afterwards, unless --pg-schema is given.`,
 				bench.PrintRounds(cmd.OutOrStdout(), redactURL(url), rs)
 				return nil
 			}
+			if err := roundSchemasFree(ctx, store, schema, ratioRounds); err != nil {
+				return err
+			}
 			opts := bench.NoopOptions{Items: items, Stages: stages, Workers: workers, Batch: batch, URL: url, Schema: schema,
 				InsertRounds: insertRoundsN, CPUProfile: profile, Checkpoint: checkpoint}
 			res, err := bench.NoopWithLimits(ctx, store, opts)
@@ -295,6 +299,28 @@ func ratioRound(ctx context.Context, url string, kind storeurl.Kind, schema stri
 		return 0, fmt.Errorf("bench: ratio round %d: %w", r, err)
 	}
 	return res.WorkOverAudited, nil
+}
+
+// roundSchemasFree returns an error naming the first of the schemas of
+// rounds 2 to n of --ratio-rounds (see ratioRound) that already exists in
+// the database of store, if it is PostgreSQL's: the rounds make and drop
+// their schemas, and must not take one that is someone else's.
+func roundSchemasFree(ctx context.Context, store redrive.Store, schema string, n int) error {
+	pg, ok := store.(*postgres.Store)
+	if !ok {
+		return nil
+	}
+	for r := 2; r <= n; r++ {
+		name := schema + "_round" + strconv.Itoa(r)
+		var exists bool
+		if err := pg.Pool().QueryRow(ctx, `SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)`, name).Scan(&exists); err != nil {
+			return err
+		}
+		if exists {
+			return fmt.Errorf("bench: schema %q exists; --ratio-rounds %d makes and drops a schema of that name", name, n)
+		}
+	}
+	return nil
 }
 
 // benchOutput writes a bench result r as JSON, or as print writes it.

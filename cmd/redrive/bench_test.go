@@ -199,6 +199,22 @@ func TestBenchRatioRounds(t *testing.T) {
 		if left != 0 {
 			t.Errorf("%d schemas of later rounds left behind", left)
 		}
+		// A schema that a round would use and drop, made by someone else,
+		// is refused and kept.
+		taken := schema + "_round2"
+		if _, err := conn.Exec(context.Background(), `CREATE SCHEMA `+pgx.Identifier{taken}.Sanitize()); err != nil {
+			t.Fatal(err)
+		}
+		defer conn.Exec(context.Background(), `DROP SCHEMA IF EXISTS `+pgx.Identifier{taken}.Sanitize())
+		r := runCLI(t, nil, "--db", url, "--pg-schema", schema, "bench", "--items", "200", "--workers", "4", "--batch", "100",
+			"--insert-rounds", "0", "--ratio-rounds", "2")
+		if r.code != 1 || !strings.Contains(r.stderr, `schema "`+taken+`" exists`) {
+			t.Errorf("bench --ratio-rounds 2 beside a schema %s: %v, want exit 1 naming it", taken, r)
+		}
+		var kept bool
+		if err := conn.QueryRow(context.Background(), `SELECT EXISTS (SELECT FROM pg_namespace WHERE nspname = $1)`, taken).Scan(&kept); err != nil || !kept {
+			t.Errorf("schema %s dropped (%v)", taken, err)
+		}
 	})
 }
 
