@@ -34,10 +34,9 @@ func BenchmarkSingleCompletions(b *testing.B) {
 			}
 			var ls []redrive.Lease
 			for len(ls) < b.N {
-				got, err := s.Claim(ctx, redrive.ClaimRequest{Owner: "w", Pipelines: []string{"p"}, Limit: min(per, b.N-len(ls)),
-					Now: t0, LeaseUntil: t0.Add(time.Hour)})
-				if err != nil || len(got) == 0 {
-					b.Fatalf("claim: %d, %v", len(got), err)
+				got := claim(b, s, "p", min(per, b.N-len(ls)), t0)
+				if len(got) == 0 {
+					b.Fatalf("claim: none of %d items left", b.N-len(ls))
 				}
 				ls = append(ls, got...)
 			}
@@ -48,10 +47,7 @@ func BenchmarkSingleCompletions(b *testing.B) {
 			b.RunParallel(func(pb *testing.PB) {
 				for pb.Next() {
 					l := ls[next.Add(1)-1]
-					at := t0.Add(time.Second)
-					applied, err := s.Complete(ctx, []redrive.Completion{{ItemID: l.Item.ID, Token: l.Token, State: redrive.StateSucceeded,
-						Stage: l.Item.Stage, Attempt: 1, Now: at, Record: redrive.Attempt{ItemID: l.Item.ID, RunID: run.ID, Pipeline: "p",
-							Stage: l.Item.Stage, Number: 1, Outcome: redrive.OutcomeSucceeded, StartedAt: t0, FinishedAt: at}}})
+					applied, err := s.Complete(ctx, []redrive.Completion{done(l, redrive.StateSucceeded, t0.Add(time.Second))})
 					if err != nil || !applied[0] {
 						b.Errorf("complete %d: %v, %v", l.Item.ID, applied, err)
 						return

@@ -90,9 +90,9 @@ func TestCompletionSkipsALockedBatch(t *testing.T) {
 	s := pgtest.OpenStore(t)
 	run := mustRun(t, s, "p")
 	enqueue(t, s, run, redrive.NewItem{}, redrive.NewItem{})
-	ls, err := s.Claim(ctx, redrive.ClaimRequest{Owner: "w", Pipelines: []string{"p"}, Limit: 2, Now: t0, LeaseUntil: t0.Add(time.Minute)})
-	if err != nil || len(ls) != 2 {
-		t.Fatalf("claim: %d leases, %v", len(ls), err)
+	ls := claim(t, s, "p", 2, t0)
+	if len(ls) != 2 {
+		t.Fatalf("claim: %d leases, want 2", len(ls))
 	}
 	batches := `"` + s.Schema() + `".lease_batches`
 	tx, err := s.Pool().Begin(ctx)
@@ -109,9 +109,7 @@ func TestCompletionSkipsALockedBatch(t *testing.T) {
 	cctx, cancel := context.WithTimeout(ctx, 30*time.Second)
 	defer cancel()
 	at := t0.Add(time.Second)
-	applied, err := s.Complete(cctx, []redrive.Completion{{ItemID: ls[0].Item.ID, Token: ls[0].Token, State: redrive.StateSucceeded,
-		Stage: ls[0].Item.Stage, Attempt: 1, Now: at, Record: redrive.Attempt{ItemID: ls[0].Item.ID, RunID: run.ID, Pipeline: "p",
-			Stage: ls[0].Item.Stage, Number: 1, Outcome: redrive.OutcomeSucceeded, StartedAt: t0, FinishedAt: at}}})
+	applied, err := s.Complete(cctx, []redrive.Completion{done(ls[0], redrive.StateSucceeded, at)})
 	if err != nil || !applied[0] {
 		t.Fatalf("completion beside a locked batch: applied %v, %v", applied, err)
 	}
