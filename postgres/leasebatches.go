@@ -99,7 +99,12 @@ const batchToken = `2 * (SELECT id FROM nb) + 1`
 // read back with the leases it still holds under their earliest expiry
 // and with their pipelines, or deletes it if it holds none. Items another
 // transaction has locked (a completion under way) are left, and stay in
-// their batch.
+// their batch. So does an item whose row another transaction (a heartbeat)
+// updated after this statement's snapshot and before took locked it: took
+// locks the newest version, which the UPDATE, by address, cannot see (see
+// claimSQL), so a batch keeps every lease that c did not take over, not
+// every lease that took did not lock. A lease dropped from its batch
+// without being taken over could never be rescued.
 //
 // A batch's pipelines are first its claim's; written back, they are those
 // of the leases it still holds, so that a batch left holding only leases
@@ -129,14 +134,14 @@ func (s *Store) claimExpiredSQL(req redrive.ClaimRequest) (string, args) {
 	took AS MATERIALIZED (SELECT i.ctid AS t, i.id FROM ` + s.q + `.items i
 		WHERE i.id = ANY(ARRAY(SELECT id FROM open WHERE due ORDER BY e, id LIMIT ` + lim + `)) AND ` + due + `
 		FOR UPDATE SKIP LOCKED),
+	` + s.claimBatch(upd, until, now, pipes) + `,
 	kept AS MATERIALIZED (SELECT batch, min(e) AS e, array_agg(id ORDER BY id) AS ids, array_agg(token ORDER BY id) AS tokens,
 			count(*)::int AS n, array_agg(DISTINCT p) AS ps
-		FROM open WHERE id NOT IN (SELECT id FROM took) GROUP BY batch),
+		FROM open WHERE id NOT IN (SELECT id FROM c) GROUP BY batch),
 	rewritten AS (UPDATE ` + s.q + `.lease_batches b SET expires_at = k.e, ids = k.ids,
 			tokens = CASE WHEN b.tokens IS NULL THEN NULL ELSE k.tokens END, held = k.n, pipelines = k.ps
 		FROM kept k WHERE b.id = k.batch),
-	gone AS (DELETE FROM ` + s.q + `.lease_batches WHERE id IN (SELECT id FROM bs) AND id NOT IN (SELECT batch FROM kept)),
-	` + s.claimBatch(upd, until, now, pipes) + `
+	gone AS (DELETE FROM ` + s.q + `.lease_batches WHERE id IN (SELECT id FROM bs) AND id NOT IN (SELECT batch FROM kept))
 	SELECT * FROM c`, a
 }
 

@@ -142,3 +142,79 @@ func TestCompletionSkipsALockedBatch(t *testing.T) {
 		t.Fatalf("batches left after the rescue: %d, %v; want 0", left, err)
 	}
 }
+
+// TestRescueKeepsLeasesRenewedMidStatement: a rescue reads its batches'
+// items in the snapshot its statement started with, and a heartbeat may
+// renew one of those leases (a new version of the item's row) before the
+// rescue locks it. The rescue then takes the item over or leaves it, but
+// never drops a lease it did not take from the ledger: a lease in no
+// batch is one no rescuer can ever take over. Heartbeats renew every
+// lease without a pause while a rescuer takes them over one at a time;
+// after each rescue, every lease not yet taken must still be in a batch.
+func TestRescueKeepsLeasesRenewedMidStatement(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := pgtest.OpenStore(t)
+	run := mustRun(t, s, "p")
+	const n = 100
+	enqueue(t, s, run, make([]redrive.NewItem, n)...)
+	ls := claim(t, s, "p", n, t0)
+	if len(ls) != n {
+		t.Fatalf("claim: %d leases, want %d", len(ls), n)
+	}
+	refs := make([]redrive.LeaseRef, n)
+	for i, l := range ls {
+		refs[i] = l.Ref()
+	}
+	hctx, stop := context.WithCancel(ctx)
+	beats := make(chan error, 1)
+	go func() {
+		var err error
+		for hctx.Err() == nil {
+			if _, err = s.Heartbeat(hctx, refs, t0.Add(2*time.Minute)); err != nil && hctx.Err() == nil {
+				break
+			}
+			err = nil
+		}
+		beats <- err
+	}()
+	defer func() {
+		stop()
+		if err := <-beats; err != nil {
+			t.Errorf("heartbeat: %v", err)
+		}
+	}()
+	later := t0.Add(time.Hour)
+	taken := make(map[int64]bool, n)
+	batches := `"` + s.Schema() + `".lease_batches`
+	for try := 0; len(taken) < n; try++ {
+		if try == 20*n {
+			t.Fatalf("%d rescues took over %d of %d leases", try, len(taken), n)
+		}
+		got, err := s.ClaimExpired(ctx, redrive.ClaimRequest{Owner: "rescuer", Pipelines: []string{"p"}, Limit: 1,
+			Now: later, LeaseUntil: later.Add(time.Hour)})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, l := range got {
+			taken[l.Item.ID] = true
+		}
+		var left []int64
+		for _, l := range ls {
+			if !taken[l.Item.ID] {
+				left = append(left, l.Item.ID)
+			}
+		}
+		var orphans []int64
+		if err := s.Pool().QueryRow(ctx, `SELECT coalesce(array_agg(x), '{}') FROM unnest($1::bigint[]) AS x
+			WHERE NOT EXISTS (SELECT 1 FROM `+batches+` b, unnest(b.ids) AS y WHERE y = x)`, left).Scan(&orphans); err != nil {
+			t.Fatal(err)
+		}
+		if len(orphans) > 0 {
+			t.Fatalf("after rescue %d, leases in no batch: items %v (taken over %d of %d)", try+1, orphans, len(taken), n)
+		}
+		if len(taken) == n {
+			t.Logf("%d rescues took over %d leases", try+1, n)
+		}
+	}
+}
