@@ -232,3 +232,50 @@ func storeAt(t *testing.T, version int) (*postgres.Store, string) {
 	}
 	return s, q
 }
+
+// TestUpgradeRecordsDroppedLeases migrates a schema at 0030 whose ledger a
+// rescue of the build before left wrong: of a claim of three leases, its
+// batch holds only the first, and the completion of the second, which the
+// batch no longer held, counted it off to zero. Without 0031 the rescuer
+// would delete that batch unread and could never find the first or third
+// lease again; after it, both are taken over.
+func TestUpgradeRecordsDroppedLeases(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s, q := storeAt(t, 30)
+	run := mustRun(t, s, "p")
+	enqueue(t, s, run, make([]redrive.NewItem, 3)...)
+	ls := claim(t, s, "p", 3, t0)
+	if len(ls) != 3 {
+		t.Fatalf("claim: %d leases, want 3", len(ls))
+	}
+	if _, err := s.Pool().Exec(ctx, `UPDATE `+q+`.lease_batches SET ids = ids[1:1], held = 1`); err != nil {
+		t.Fatal(err)
+	}
+	if applied, err := s.Complete(ctx, []redrive.Completion{done(ls[1], redrive.StateSucceeded, t0.Add(time.Second))}); err != nil || !applied[0] {
+		t.Fatalf("completion: %v, %v", applied, err)
+	}
+	var held int
+	if err := s.Pool().QueryRow(ctx, `SELECT held FROM `+q+`.lease_batches`).Scan(&held); err != nil || held != 0 {
+		t.Fatalf("the batch before the migration: held %d, %v; want 0", held, err)
+	}
+	if err := s.Migrate(ctx); err != nil {
+		t.Fatal(err)
+	}
+	later := t0.Add(time.Hour)
+	took, err := s.ClaimExpired(ctx, redrive.ClaimRequest{Owner: "rescuer", Pipelines: []string{"p"}, Limit: 10, Now: later, LeaseUntil: later.Add(time.Minute)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var ids []int64
+	for _, l := range took {
+		ids = append(ids, l.Item.ID)
+	}
+	if want := []int64{ls[0].Item.ID, ls[2].Item.ID}; !slices.Equal(ids, want) {
+		t.Fatalf("rescued %v; want %v", ids, want)
+	}
+	r, err := s.GetRun(ctx, run.ID)
+	if err != nil || r.Counts.Running != 2 || r.Counts.Succeeded != 1 {
+		t.Fatalf("counts %+v, %v; want 2 running, 1 succeeded", r.Counts, err)
+	}
+}
