@@ -117,7 +117,6 @@ func (e *engine) flush(batch []*task, comps []Completion) []Completion {
 			e.log.Error("redrive: releasing leases failed", "err", err, "items", len(unstarted))
 		}
 	}
-	advanced := false
 	i := 0
 	e.mu.Lock()
 	for _, t := range batch {
@@ -137,16 +136,13 @@ func (e *engine) flush(batch []*task, comps []Completion) []Completion {
 			e.log.Warn("redrive: completion not applied: the lease was lost", "item", t.lease.Item.ID, "stage", t.lease.Item.Stage)
 			continue
 		}
-		if t.comp.State == StatePending && !t.comp.NextAt.After(t.comp.Now) {
-			advanced = true
-		}
 		for _, ev := range t.events {
 			e.c.emit(ev)
 		}
 	}
-	if advanced || len(rel)+len(unstarted) > 0 {
-		e.wake()
-	}
+	// Workers are free, and items may have become due (a move to the
+	// next stage, a release): the claimer looks again, and so do the
+	// external workers waiting for items.
 	e.wake()
 	// Kept for the next batch without the outputs and reasons it points
 	// to.
