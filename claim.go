@@ -22,24 +22,49 @@ var storeRetry = retry.Policy{MaxAttempts: 1 << 30, BaseDelay: 50 * time.Millise
 // 150 ms later found none.)
 
 // startRate estimates how many handlers a process starts per second, as a
-// moving average over about a second.
+// moving average over about a second while the rate holds or falls and
+// over about a tenth of one while it rises. A process leases what it
+// starts in the prefetch window at this rate, and its starts are bounded
+// by what it leased: with one time constant of a second, a burst of work
+// after a quiet spell was claimed a few dozen items at a time for its
+// first second, each claim a statement of its own (100,000 items on
+// PostgreSQL: 870 items per claim on average, 1,560 with the rise
+// followed within a tenth of a second; docs/BENCHMARKS.md). Following a
+// fall as slowly keeps work leased through a pause of a few claims.
 type startRate struct {
 	at    time.Time
 	count int64
 	rate  float64
 }
 
+// The time constants of startRate, in seconds, and the shortest time over
+// which it measures.
+const (
+	rateRise   = 0.1
+	rateFall   = 1.0
+	rateSample = 0.05
+)
+
+// update records that count handlers have started in all by now and
+// returns the estimate.
 func (r *startRate) update(now time.Time, count int64) float64 {
 	if r.at.IsZero() {
 		r.at, r.count = now, count
 		return r.rate
 	}
 	dt := now.Sub(r.at).Seconds()
-	if dt < 0.01 {
+	// Starts come in bursts, a claim's worth at a time: measured over
+	// less than this, the rate swings, and the fast rise would follow the
+	// swings up and not down.
+	if dt < rateSample {
 		return r.rate
 	}
 	inst := float64(count-r.count) / dt
-	w := 1 - math.Exp(-dt) // a time constant of one second
+	tau := rateFall
+	if inst > r.rate {
+		tau = rateRise
+	}
+	w := 1 - math.Exp(-dt/tau)
 	r.rate += w * (inst - r.rate)
 	r.at, r.count = now, count
 	return r.rate
