@@ -26,11 +26,12 @@ type Config struct {
 	// long at their recent rate, rounded up, and at most 2 × ClaimBatch.
 	// The rate follows a rise within about a tenth of a second and a fall
 	// over about a second, so a burst of work after a quiet spell is
-	// claimed in full batches within a few claims. Beyond that, items stay in the queue, where other processes and
-	// newly due retries compete for them in claim order. When a process
-	// dies, the leases whose handler had not started go back to pending
-	// without an attempt charged. Default 100 ms; negative leases only
-	// for free workers.
+	// claimed in full batches within a few claims. Beyond that, items
+	// stay in the queue, where other processes and newly due retries
+	// compete for them in claim order. When a process dies, the leases
+	// whose handler had not started go back to pending without an
+	// attempt charged. Default 100 ms; negative leases only for free
+	// workers.
 	PrefetchWindow time.Duration
 	// Writers is how many batches of completions are written at once.
 	// A server database (PostgreSQL) takes several concurrent transactions
