@@ -176,7 +176,7 @@ func (e *engine) claim(limit int) (int, error) {
 				case retry.BreakerHalfOpen:
 					// One probe at a time: the breaker decides when to close.
 					exclude = append(exclude, k)
-					if e.running[k] == 0 {
+					if e.runningOfLocked(k) == 0 {
 						caps = append(caps, capped{k, 1})
 					}
 					continue
@@ -191,9 +191,9 @@ func (e *engine) claim(limit int) (int, error) {
 				}
 				if c := f.claimCap(); c > 0 {
 					exclude = append(exclude, k)
-					free := c - e.running[k]
+					free := c - e.runningOfLocked(k)
 					if s.Concurrency > 0 {
-						free = min(free, s.Concurrency-e.running[k])
+						free = min(free, s.Concurrency-e.runningOfLocked(k))
 					}
 					if free > 0 {
 						caps = append(caps, capped{k, free})
@@ -203,7 +203,7 @@ func (e *engine) claim(limit int) (int, error) {
 			}
 			if s.Concurrency > 0 {
 				exclude = append(exclude, k)
-				if f := s.Concurrency - e.running[k]; f > 0 {
+				if f := s.Concurrency - e.runningOfLocked(k); f > 0 {
 					caps = append(caps, capped{k, f})
 				}
 			}
@@ -250,25 +250,49 @@ func (e *engine) claimBatch(req ClaimRequest, now time.Time) (int, error) {
 		}
 		return 0, err
 	}
-	ts := make([]*task, len(leases))
+	// The batch's tasks are made in one allocation, and a run of leases of
+	// one stage (a claim's usual batch) looks its stage up once: a task is
+	// most of what the engine allocates per item, and the lookups hash two
+	// strings each (docs/BENCHMARKS.md).
+	ts := make([]task, len(leases))
+	var last stageOf
 	lost := 0
 	e.mu.Lock()
 	for i := range leases {
 		l := &leases[i]
-		t := &task{lease: l, stage: -1}
-		if p := e.pipelines[l.Item.Pipeline]; p != nil {
-			t.pipeline = p
-			t.stage = p.stageIndex(l.Item.Stage)
-			t.flow = e.flows[t.key()]
+		if i == 0 || l.Item.Pipeline != last.pipeline || l.Item.Stage != last.stage {
+			last = e.stageOfLocked(l.Item.Pipeline, l.Item.Stage)
 		}
+		t := &ts[i]
+		*t = task{lease: l, pipeline: last.p, stage: last.index, flow: last.flow, running: last.running}
 		lost += e.trackLocked(t)
-		ts[i] = t
 	}
 	e.mu.Unlock()
 	e.reportLost(lost, "claim")
 	e.unstarted.Add(int64(len(ts)))
-	for _, t := range ts {
-		e.work <- t
+	for i := range ts {
+		e.work <- &ts[i]
 	}
 	return len(leases), nil
+}
+
+// stageOf is what the engine knows of a stage that leases name: its
+// pipeline and index there (nil and -1 when not registered), its flow and
+// its count of leases held.
+type stageOf struct {
+	pipeline, stage string
+	p               *Pipeline
+	index           int
+	flow            *flow
+	running         *int
+}
+
+// stageOfLocked looks up the stage of pipeline and stage. e.mu is held.
+func (e *engine) stageOfLocked(pipeline, stage string) stageOf {
+	k := StageKey{Pipeline: pipeline, Stage: stage}
+	s := stageOf{pipeline: pipeline, stage: stage, index: -1, running: e.runningLocked(k)}
+	if p := e.pipelines[pipeline]; p != nil {
+		s.p, s.index, s.flow = p, p.stageIndex(stage), e.flows[k]
+	}
+	return s
 }

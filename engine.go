@@ -28,8 +28,6 @@ type engine struct {
 	claimCtx    context.Context // ends when Stop begins: no more claims
 	stopClaim   context.CancelFunc
 	workCtx     context.Context // ends at Stop's deadline: handlers are interrupted
-	layerCtx    context.Context // workCtx marked as an outer retry layer
-	unpacedCtx  context.Context // layerCtx marked as paced by nothing (retry.Paced): stages without flow control
 	stopWork    context.CancelFunc
 	bgCtx       context.Context // ends when everything is flushed
 	flushCtx    context.Context // bounds writing completions: ends soon after Stop's deadline
@@ -65,8 +63,11 @@ type engine struct {
 	inflight map[LeaseRef]*task
 	// current is, by item ID, the newest of those leases: the one that
 	// heartbeats extend.
-	current  map[int64]*task
-	running  map[StageKey]int
+	current map[int64]*task
+	// running counts this process's leases by stage. A task holds its
+	// stage's counter, so that tracking a lease costs no lookup here; a
+	// counter stays once made, so there are as many as stages met.
+	running  map[StageKey]*int
 	aborted  map[int64]string // run ID -> abort reason
 	breakers map[StageKey]retry.BreakerState
 	paused   pausedStages // stages paused by operators (pause.go)
@@ -107,6 +108,7 @@ type task struct {
 	// Flow control (flow.go): the stage's flow, the permit the call started
 	// with, and whether a rate-limited result was the whole stage's.
 	flow         *flow
+	running      *int // the stage's count of leases (engine.running)
 	permit       retry.Permit
 	started      time.Time
 	stageLimited bool
@@ -142,7 +144,7 @@ func (c *Client) Start(ctx context.Context) error {
 		pipelines: map[string]*Pipeline{},
 		inflight:  map[LeaseRef]*task{},
 		current:   map[int64]*task{},
-		running:   map[StageKey]int{},
+		running:   map[StageKey]*int{},
 		aborted:   map[int64]string{},
 		breakers:  map[StageKey]retry.BreakerState{},
 		wakeCh:    make(chan struct{}, 1),
@@ -158,13 +160,12 @@ func (c *Client) Start(ctx context.Context) error {
 	}
 	e.claimCtx, e.stopClaim = context.WithCancel(context.WithoutCancel(ctx))
 	e.workCtx, e.stopWork = context.WithCancel(context.WithoutCancel(ctx))
-	e.layerCtx = retry.Layer(e.workCtx)
 	// Each stage's attempts carry its flow as their retry.Pacer, so that a client
 	// inside the handler with a flow control of its own (retryhttp.Transport) leaves
-	// the pacing to the stage, which waits before the attempt and its timeout start.
-	e.unpacedCtx = retry.Paced(e.layerCtx, nil)
+	// the pacing to the stage, which waits before the attempt and its timeout start
+	// (workerCtx).
 	for _, f := range e.flowList {
-		f.ctx = retry.Paced(e.layerCtx, f)
+		f.paces = true
 	}
 	e.bgCtx, e.stopBG = context.WithCancel(context.WithoutCancel(ctx))
 	e.flushCtx, e.stopFlush = context.WithCancel(e.bgCtx)

@@ -84,9 +84,9 @@ type flow struct {
 	ownBreaker   bool         // breaker is defaultBreaker's, the flow's to tune
 	limitedTotal atomic.Int64 // nanoseconds of ended spells limited as a whole
 
-	// ctx is the context the stage's attempts derive from: the engine's, marked with
-	// this flow as the calls' retry.Pacer (set at Start).
-	ctx context.Context
+	// paces marks a flow that its stages' attempts carry as their calls'
+	// retry.Pacer (set at Start; see workerCtx).
+	paces bool
 }
 
 func newFlow(name string, r RateLimit, br *retry.Breaker, now func() time.Time) *flow {

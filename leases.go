@@ -19,7 +19,10 @@ package redrive
 func (e *engine) trackLocked(t *task) (lost int) {
 	id := t.lease.Item.ID
 	e.inflight[t.lease.Ref()] = t
-	e.running[t.key()]++
+	if t.running == nil {
+		t.running = e.runningLocked(t.key())
+	}
+	*t.running++
 	if old := e.current[id]; old != nil && old != t && !old.completing && !old.lost {
 		old.lost = true
 		if old.cancel != nil {
@@ -39,10 +42,27 @@ func (e *engine) untrackLocked(t *task) {
 	if e.current[id] == t {
 		delete(e.current, id)
 	}
-	k := t.key()
-	if e.running[k]--; e.running[k] <= 0 {
-		delete(e.running, k)
+	*t.running--
+}
+
+// runningLocked returns the counter of the leases of stage k that this
+// process holds, making it on first use. e.mu is held.
+func (e *engine) runningLocked(k StageKey) *int {
+	n := e.running[k]
+	if n == nil {
+		n = new(int)
+		e.running[k] = n
 	}
+	return n
+}
+
+// runningOfLocked is how many leases of stage k this process holds. e.mu
+// is held.
+func (e *engine) runningOfLocked(k StageKey) int {
+	if n := e.running[k]; n != nil {
+		return *n
+	}
+	return 0
 }
 
 // reportLost logs leases this process lost while their attempts were

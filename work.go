@@ -12,6 +12,8 @@ import (
 
 func (e *engine) workLoop() {
 	defer e.workers.Done()
+	w := e.newWorkerCtx()
+	defer w.cancel()
 	for t := range e.work {
 		e.busy.Add(1)
 		e.unstarted.Add(-1)
@@ -19,7 +21,7 @@ func (e *engine) workLoop() {
 			// Stopping: items not started go back at once.
 			t.release = true
 		} else {
-			e.attempt(t)
+			e.attempt(t, w)
 		}
 		e.completions <- t
 		// A free worker may want an item: the claimer decides.
@@ -31,8 +33,44 @@ func (e *engine) workLoop() {
 // errLost is the error recorded for an attempt whose worker vanished.
 var errLost = errors.New("lease expired: the worker running the attempt vanished")
 
+// workerCtx holds a worker's parents of its attempts' contexts, under a
+// cancelable child of the engine's workCtx of the worker's own. An
+// attempt's context is its parent's child until the attempt ends; with one
+// parent shared by every worker, each attempt took and released the lock
+// of that parent's list of children, which all the workers contend for.
+type workerCtx struct {
+	cancel context.CancelFunc
+	// layer marks the calls as made inside an outer retry layer, the
+	// engine; unpaced adds that no flow paces them (retry.Paced with nil),
+	// and paced that a stage's flow does.
+	layer   context.Context
+	unpaced context.Context
+	paced   map[*flow]context.Context
+}
+
+func (e *engine) newWorkerCtx() *workerCtx {
+	ctx, cancel := context.WithCancel(e.workCtx)
+	layer := retry.Layer(ctx)
+	return &workerCtx{cancel: cancel, layer: layer, unpaced: retry.Paced(layer, nil), paced: map[*flow]context.Context{}}
+}
+
+// base is the parent of an attempt of t's stage: the stage's flow paces
+// the calls made with it (retry.Paced).
+func (w *workerCtx) base(t *task) context.Context {
+	f := t.flow
+	if f == nil || !f.paces {
+		return w.unpaced
+	}
+	ctx := w.paced[f]
+	if ctx == nil {
+		ctx = retry.Paced(w.layer, f)
+		w.paced[f] = ctx
+	}
+	return ctx
+}
+
 // attempt runs the handler of t's stage and decides what follows.
-func (e *engine) attempt(t *task) {
+func (e *engine) attempt(t *task, w *workerCtx) {
 	it := &t.lease.Item
 	if t.stage < 0 {
 		err := retry.Final(fmt.Errorf("stage %q is not in pipeline %q", it.Stage, it.Pipeline))
@@ -67,10 +105,7 @@ func (e *engine) attempt(t *task) {
 	}
 	// The engine is the outer retry layer: a retry.Do inside the handler
 	// makes one attempt per durable attempt instead of multiplying them.
-	base := e.unpacedCtx
-	if t.flow != nil && t.flow.ctx != nil {
-		base = t.flow.ctx // the stage's flow paces the calls (retry.Paced)
-	}
+	base := w.base(t)
 	ctx, cancel := context.WithCancel(base)
 	if st.Timeout > 0 {
 		ctx, cancel = context.WithTimeout(base, st.Timeout)

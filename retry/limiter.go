@@ -177,7 +177,8 @@ func (l *Limiter) Ramp(rate float64) bool {
 
 // Wait blocks until a call may start and returns its Permit, or returns ctx's error.
 func (l *Limiter) Wait(ctx context.Context) (Permit, error) {
-	if u := l.pause.Load(); u > l.o.Now().UnixNano() {
+	// Never paused (0): no clock read for it.
+	if u := l.pause.Load(); u != 0 && u > l.o.Now().UnixNano() {
 		// Paused: resume from a random point of the first interval (or of 50 ms
 		// in slow start), so that callers released together do not start together.
 		spread := max(l.interval.Load(), int64(50*time.Millisecond))
