@@ -153,7 +153,8 @@ func (s *Store) completeSuccessSQL() string {
 			$7::timestamptz[], $8::int[], $9::int[], $10::bigint[])
 		AS u(id, token, ord, k, payload, started, now, number, failed, run)
 		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])
-		RETURNING i.id, u.token, u.ord, u.k, coalesce(nullif(u.run, 0), i.run_id) AS a_run,
+			AND ` + countsUnchanged + `
+		RETURNING i.id, u.token, u.ord, u.k, coalesce(nullif(u.run, 0), i.run_id) AS a_run, i.run_id AS c_run, i.state AS c_state,
 			coalesce(nullif(($18::text[])[u.k], ''), i.pipeline) AS a_pipeline, u.number, u.started, u.now,
 			CASE WHEN i.stage_index > ($17::int[])[u.k] THEN i.stage END AS next_stage,
 			CASE WHEN i.stage_index > ($17::int[])[u.k] THEN i.stage_index END AS next_stage_index,
@@ -165,7 +166,8 @@ func (s *Store) completeSuccessSQL() string {
 		SELECT id, a_run, a_pipeline, ($16::text[])[k], ($17::int[])[k], number, 'succeeded', '', '',
 			started, now, ($19::bigint[])[k], ($20::text[])[k], next_stage, next_stage_index, next_input, NULL
 		FROM upd ORDER BY ord),
-	` + s.countOff("upd") + `
+	` + s.countOff("upd") + `,
+	` + s.countsMoved("upd", "c_run", "'running'", "c_state") + `
 	SELECT id, token, ready, priority, order_at FROM upd`
 }
 
@@ -220,7 +222,8 @@ func (s *Store) completeFullSQL(counted bool) string {
 		AS u(id, token, state, stage_index, stage, attempt, rlw, next_at, payload, now, r_has, r_stage, r_class, r_error,
 			r_attempts, r_at, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error, a_started, a_finished, a_delay,
 			a_item, a_run, a_pipeline, failed, a_hash, r_fp, a_fp, ord)
-		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])` + countedCond(counted) + `
+		WHERE i.id = u.id AND i.lease_token = u.token AND u.token % 2 = 1 AND i.id = ANY($1::bigint[])
+			AND ` + countsUnchanged + countedCond(counted) + `
 		RETURNING i.id, u.token, u.ord, coalesce(nullif(u.a_item, 0), i.id) AS a_item, coalesce(nullif(u.a_run, 0), i.run_id) AS a_run,
 			coalesce(nullif(u.a_pipeline, ''), i.pipeline) AS a_pipeline, u.a_stage, u.a_stage_index, u.a_number, u.a_outcome,
 			u.a_class, u.a_error, u.a_started, u.a_finished, u.a_delay, u.a_hash,
@@ -228,14 +231,15 @@ func (s *Store) completeFullSQL(counted bool) string {
 			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage END AS next_stage,
 			CASE WHEN i.stage_index > u.a_stage_index THEN i.stage_index END AS next_stage_index,
 			CASE WHEN i.stage_index > u.a_stage_index THEN i.payload END AS next_input,
-			i.ready, i.priority, i.order_at` + countCols + `),
+			i.ready, i.priority, i.order_at, i.run_id AS c_run, i.state AS c_state` + countCols + `),
 	ins AS (
 		INSERT INTO ` + s.q + `.attempts (item_id, run_id, pipeline, stage, stage_index, number, outcome, class, error,
 			started_at, finished_at, delay_ns, config_hash, next_stage, next_stage_index, next_input, fingerprint)
 		SELECT a_item, a_run, a_pipeline, a_stage, a_stage_index, a_number, a_outcome, a_class, a_error,
 			a_started, a_finished, a_delay, a_hash, next_stage, next_stage_index, next_input, a_fp
 		FROM upd ORDER BY ord)` + counts + `,
-	` + s.countOff("upd") + `
+	` + s.countOff("upd") + `,
+	` + s.countsMoved("upd", "c_run", "'running'", "c_state") + `
 	SELECT id, token, ready, priority, order_at FROM upd`
 }
 

@@ -422,9 +422,11 @@ func (s *Store) claimSQL(req redrive.ClaimRequest, from *readyKey) (string, args
 	// the tokens of a new batch (leasebatches.go).
 	upd := `UPDATE ` + s.q + `.items SET lease_token = ` + batchToken + `,
 		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, attempt_started_at = ` + a.add(started) + `
-	WHERE ctid = ANY(ARRAY(` + pick + `))
+	WHERE ctid = ANY(ARRAY(` + pick + `)) AND ` + countsUnchanged + `
 	RETURNING ` + itemColsWith(now+`::timestamptz`)
-	return `WITH ` + s.claimBatch(upd, until, now, pipes) + ` SELECT * FROM c`, a
+	// Every item claimed was pending with no lease, and is running now.
+	return `WITH ` + s.claimBatch(upd, until, now, pipes) + `,
+	` + s.countsMoved("c", "run_id", "'pending'", "'running'") + ` SELECT * FROM c`, a
 }
 
 // planSettings are the planner settings of a claim (see claimOrdered).
