@@ -38,6 +38,9 @@ type itemScanner struct {
 	started                sql.NullInt64
 	tp, ts                 sql.NullString
 	dest                   []any
+	// claimed: the rows are claimCols; the fields they lack hold the
+	// claim's values (see newClaimScanner).
+	claimed bool
 }
 
 func newItemScanner() *itemScanner {
@@ -49,7 +52,7 @@ func newItemScanner() *itemScanner {
 	return s
 }
 
-// scan scans one row of itemCols.
+// scan scans one row of itemCols (claimCols for a claim's scanner).
 func (s *itemScanner) scan(sc interface{ Scan(...any) error }) (redrive.Item, int64, error) {
 	s.it = redrive.Item{}
 	if err := sc.Scan(s.dest...); err != nil {
@@ -75,6 +78,32 @@ func (s *itemScanner) scan(sc interface{ Scan(...any) error }) (redrive.Item, in
 			Attempts: int(s.rAttempts.Int64), At: nt(s.rAt)}
 	}
 	return it, s.token, nil
+}
+
+// claimCols are the columns a claim returns: those of itemCols that the
+// claim's own values do not already give. A claimed item is running, leased
+// to the claim's owner until its LeaseUntil, updated and started at its Now
+// and StartedAt, and carries no reason (only dead and canceled items do).
+const claimCols = `id, run_id, pipeline, key, stage, stage_index, priority, attempt, rate_limit_waits,
+	payload, input, enqueued_at, next_at, lease_token, failed_attempts, order_at, lease_losses,
+	traceparent, tracestate`
+
+// newClaimScanner returns a scanner of claimCols rows that fills in the
+// rest of each item from req, as the claim wrote it.
+func newClaimScanner(req redrive.ClaimRequest) *itemScanner {
+	s := &itemScanner{claimed: true, state: string(redrive.StateRunning),
+		owner: sql.NullString{String: req.Owner, Valid: req.Owner != ""},
+		upd:   tnz(req.Now)}
+	if until := tnz(req.LeaseUntil); until != 0 {
+		s.leaseExp = sql.NullInt64{Int64: until, Valid: true}
+	}
+	if started := tnz(req.StartedAt); started != 0 {
+		s.started = sql.NullInt64{Int64: started, Valid: true}
+	}
+	s.dest = []any{&s.it.ID, &s.it.RunID, &s.it.Pipeline, &s.key, &s.it.Stage, &s.it.StageIndex, &s.it.Priority,
+		&s.it.Attempt, &s.it.RateLimitWaits, &s.it.Payload, &s.it.Input, &s.enq, &s.next, &s.token,
+		&s.it.FailedAttempts, &s.order, &s.it.LeaseLosses, &s.tp, &s.ts}
+	return s
 }
 
 func nullStr(s string) any {
@@ -221,11 +250,11 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 		lease_expires_at = ?, updated_at = ?, attempt_started_at = ?
 		WHERE id IN (SELECT id FROM items INDEXED BY items_ready WHERE ` + strings.Join(where, " AND ") + `
 			ORDER BY priority DESC, order_at, id LIMIT ?)
-		RETURNING ` + itemCols
+		RETURNING ` + claimCols
 	// A zero StartedAt is NULL: the claim clears the start mark.
 	args = append([]any{req.Owner, tnz(req.LeaseUntil), tnz(req.Now), tn(req.StartedAt)}, args...)
 	args = append(args, req.Limit)
-	leases, err := s.claim(ctx, "claim", q, args, req.Limit, tnz(req.Now), promoteBatch(req.Limit))
+	leases, err := s.claim(ctx, "claim", q, args, newClaimScanner(req), req.Limit, tnz(req.Now), promoteBatch(req.Limit))
 	if err != nil {
 		return nil, err
 	}
@@ -267,7 +296,7 @@ func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]r
 		RETURNING ` + itemCols
 	args = append([]any{req.Owner, tnz(req.LeaseUntil), tnz(req.Now)}, args...)
 	args = append(args, req.Limit)
-	leases, err := s.claim(ctx, "claim expired", q, args, req.Limit, 0, 0)
+	leases, err := s.claim(ctx, "claim expired", q, args, newItemScanner(), req.Limit, 0, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -275,9 +304,10 @@ func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]r
 	return leases, nil
 }
 
-// claim runs q, which leases items, in a write transaction; when promote
-// is positive it first promotes up to that many waiting items due at now.
-func (s *Store) claim(ctx context.Context, op, q string, args []any, limit int, now int64, promote int) ([]redrive.Lease, error) {
+// claim runs q, which leases items, in a write transaction, and scans its
+// rows with sc; when promote is positive it first promotes up to that many
+// waiting items due at now.
+func (s *Store) claim(ctx context.Context, op, q string, args []any, sc *itemScanner, limit int, now int64, promote int) ([]redrive.Lease, error) {
 	leases := make([]redrive.Lease, 0, limit)
 	st, err := s.stmts.get(ctx, q)
 	if err != nil {
@@ -300,7 +330,6 @@ func (s *Store) claim(ctx context.Context, op, q string, args []any, limit int, 
 			return err
 		}
 		defer rows.Close()
-		sc := newItemScanner()
 		for rows.Next() {
 			it, token, err := sc.scan(rows)
 			if err != nil {

@@ -76,6 +76,7 @@ func Run(t *testing.T, open func(t *testing.T) redrive.Store) {
 		{"StartMarks", testStartMarks},
 		{"PaceWaits", testPaceWaits},
 		{"ClaimStarted", testClaimStarted},
+		{"ClaimedItemAsStored", testClaimedItemAsStored},
 		{"CompleteStates", testCompleteStates},
 		{"CompleteBatch", testCompleteBatch},
 		{"CompleteSuccesses", testCompleteSuccesses},
