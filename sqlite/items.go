@@ -1,6 +1,7 @@
 package sqlite
 
 import (
+	"cmp"
 	"context"
 	"database/sql"
 	"errors"
@@ -566,7 +567,7 @@ func completeSQL(n int, success bool) string {
 		q.WriteString(row)
 	}
 	q.WriteString(`) AS v WHERE items.id = v.column1 AND items.lease_token = v.column2 AND items.state = 'running'
-		RETURNING items.id, items.run_id, items.pipeline`)
+		RETURNING items.id`)
 	return q.String()
 }
 
@@ -666,19 +667,14 @@ func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []red
 	if err != nil {
 		return err
 	}
-	type owner struct {
-		run      int64
-		pipeline string
-	}
-	done := make(map[int64]owner, len(cs))
+	done := make(map[int64]bool, len(cs))
 	for rows.Next() {
 		var id int64
-		var o owner
-		if err := rows.Scan(&id, &o.run, &o.pipeline); err != nil {
+		if err := rows.Scan(&id); err != nil {
 			rows.Close()
 			return err
 		}
-		done[id] = o
+		done[id] = true
 	}
 	rows.Close()
 	if err := rows.Err(); err != nil {
@@ -689,8 +685,7 @@ func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []red
 	}
 	args = args[:0]
 	for i, c := range cs {
-		o, ok := done[c.ItemID]
-		if !ok {
+		if !done[c.ItemID] {
 			continue
 		}
 		applied[i] = true
@@ -698,11 +693,16 @@ func completeChunk(ctx context.Context, tx *sql.Tx, upd, ins *sql.Stmt, cs []red
 		if a.ItemID == 0 {
 			a.ItemID = c.ItemID
 		}
-		if a.RunID == 0 {
-			a.RunID = o.run
-		}
-		if a.Pipeline == "" {
-			a.Pipeline = o.pipeline
+		if a.RunID == 0 || a.Pipeline == "" {
+			// The engine names both; a caller that leaves them out has
+			// them read from the item, apart from the batch's statement.
+			var run int64
+			var pipeline string
+			if err := tx.QueryRowContext(ctx, `SELECT run_id, pipeline FROM items WHERE id = ?`, c.ItemID).Scan(&run, &pipeline); err != nil {
+				return fmt.Errorf("read a completed item's run: %w", err)
+			}
+			a.RunID = cmp.Or(a.RunID, run)
+			a.Pipeline = cmp.Or(a.Pipeline, pipeline)
 		}
 		// A completion that moves the item on a stage keeps that stage's
 		// input, the item's new payload, on its attempt (see migration 0010).

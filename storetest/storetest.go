@@ -1447,6 +1447,21 @@ func testAttempts(h *h) {
 	if as[0].Error != "err 1" || as[2].Error != "err 3" || as[4].Outcome != redrive.OutcomeSucceeded {
 		h.Errorf("attempts = %+v", as)
 	}
+	// A record that leaves out its item, run and pipeline has them filled
+	// from the item, in a batch beside one that names them.
+	ids := h.enqueueN(r, "a", now, 2)
+	ls := h.claim(redrive.ClaimRequest{Pipelines: []string{"p"}, Limit: 2, Now: now})
+	if len(ls) != 2 {
+		h.Fatalf("claimed %d, want 2", len(ls))
+	}
+	named := succeed(ls[1], now)
+	named.Record.ItemID, named.Record.RunID, named.Record.Pipeline = ls[1].Item.ID, r.ID, "p"
+	h.complete(succeed(ls[0], now), named)
+	for _, id := range ids {
+		if as := h.attempts(id); len(as) != 1 || as[0].ItemID != id || as[0].RunID != r.ID || as[0].Pipeline != "p" {
+			h.Errorf("item %d: attempts %+v, want one of run %d, pipeline p", id, as, r.ID)
+		}
+	}
 }
 
 func testStateCounts(h *h) {

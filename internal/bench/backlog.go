@@ -93,7 +93,7 @@ func Backlog(ctx context.Context, store redrive.Store, items, waiting, limit, sa
 			}
 			cs = append(cs, redrive.Completion{ItemID: l.Item.ID, Token: l.Token, State: redrive.StatePending,
 				Stage: l.Item.Stage, Attempt: 1, NextAt: now.Add(time.Hour), Now: now,
-				Record: redrive.Attempt{Stage: l.Item.Stage, Number: 1, Outcome: redrive.OutcomeRetry,
+				Record: redrive.Attempt{ItemID: l.Item.ID, RunID: l.Item.RunID, Pipeline: l.Item.Pipeline, Stage: l.Item.Stage, Number: 1, Outcome: redrive.OutcomeRetry,
 					Class: "retryable", Error: "503 service unavailable", StartedAt: now, FinishedAt: now, Delay: time.Hour}})
 		}
 		if _, err := store.Complete(ctx, cs); err != nil {

@@ -338,7 +338,7 @@ func realBacklog(ctx context.Context, store redrive.Store, p redrive.Pipeline, n
 		for i, l := range ls {
 			cs[i] = redrive.Completion{ItemID: l.Item.ID, Token: l.Token, State: redrive.StatePending,
 				Stage: l.Item.Stage, Attempt: 1, NextAt: now.Add(time.Hour), Now: now,
-				Record: redrive.Attempt{Stage: l.Item.Stage, Number: 1, Outcome: redrive.OutcomeRetry,
+				Record: redrive.Attempt{ItemID: l.Item.ID, RunID: l.Item.RunID, Pipeline: l.Item.Pipeline, Stage: l.Item.Stage, Number: 1, Outcome: redrive.OutcomeRetry,
 					Class: "retryable", Error: "503 service unavailable", StartedAt: now, FinishedAt: now, Delay: time.Hour}}
 		}
 		if _, err := store.Complete(ctx, cs); err != nil {
