@@ -39,9 +39,6 @@ type itemScanner struct {
 	started                sql.NullInt64
 	tp, ts                 sql.NullString
 	dest                   []any
-	// claimed: the rows are claimCols; the fields they lack hold the
-	// claim's values (see newClaimScanner).
-	claimed bool
 }
 
 func newItemScanner() *itemScanner {
@@ -92,7 +89,7 @@ const claimCols = `id, run_id, pipeline, key, stage, stage_index, priority, atte
 // newClaimScanner returns a scanner of claimCols rows that fills in the
 // rest of each item from req, as the claim wrote it.
 func newClaimScanner(req redrive.ClaimRequest) *itemScanner {
-	s := &itemScanner{claimed: true, state: string(redrive.StateRunning),
+	s := &itemScanner{state: string(redrive.StateRunning),
 		owner: sql.NullString{String: req.Owner, Valid: req.Owner != ""},
 		upd:   tnz(req.Now)}
 	if until := tnz(req.LeaseUntil); until != 0 {
