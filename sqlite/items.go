@@ -89,12 +89,13 @@ const claimCols = `id, run_id, pipeline, key, stage, stage_index, priority, atte
 // newClaimScanner returns a scanner of claimCols rows that fills in the
 // rest of each item from req, as the claim wrote it.
 func newClaimScanner(req redrive.ClaimRequest) *itemScanner {
+	// The claim binds the lease's expiry and its update time as integers
+	// (zero for a zero time) and its start as NULL when zero; the scanner
+	// reads them back as the item's columns would.
 	s := &itemScanner{state: string(redrive.StateRunning),
-		owner: sql.NullString{String: req.Owner, Valid: req.Owner != ""},
-		upd:   tnz(req.Now)}
-	if until := tnz(req.LeaseUntil); until != 0 {
-		s.leaseExp = sql.NullInt64{Int64: until, Valid: true}
-	}
+		owner:    sql.NullString{String: req.Owner, Valid: true},
+		leaseExp: sql.NullInt64{Int64: tnz(req.LeaseUntil), Valid: true},
+		upd:      tnz(req.Now)}
 	if started := tnz(req.StartedAt); started != 0 {
 		s.started = sql.NullInt64{Int64: started, Valid: true}
 	}
