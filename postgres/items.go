@@ -5,6 +5,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -26,6 +27,15 @@ func itemColsWith(updated string) string {
 	failed_attempts, order_at, attempt_started_at, lease_losses, traceparent, tracestate`
 }
 
+// claimCols are the columns a claim returns: those of itemCols that the
+// claim's own values do not already give. A claimed item is running,
+// leased to the claim's owner until its LeaseUntil, updated and started
+// at its Now and StartedAt, and carries no reason (only dead and canceled
+// items do).
+const claimCols = `id, run_id, pipeline, coalesce(key, ''), stage, stage_index, priority,
+	attempt, rate_limit_waits, payload, input, enqueued_at, next_at, lease_token,
+	failed_attempts, order_at, lease_losses, traceparent, tracestate`
+
 // itemScanner reads rows of itemCols into items. A claim reads all its rows
 // with one, so that a row costs the item's own strings and bytes and
 // nothing more: the scan targets that an item does not hold are the
@@ -44,8 +54,12 @@ type itemScanner struct {
 	stageIndex, prio, att, rlw int32
 	failed, losses             int32
 	token                      int64
-	dest                       []any
-	names                      map[string]string
+	// claim: the rows are claimCols, the state and update time the
+	// claim's own (claimedAt).
+	claim     bool
+	claimedAt time.Time
+	dest      []any
+	names     map[string]string
 }
 
 // maxNames bounds an itemScanner's kept names: a read of many pipelines,
@@ -58,6 +72,22 @@ func newItemScanner() *itemScanner {
 		&s.att, &s.rlw, &s.it.Payload, &s.it.Input, &s.it.EnqueuedAt, &s.it.NextAt, &s.owner,
 		&s.leaseExp, &s.it.UpdatedAt, &s.rStage, &s.rClass, &s.rErr, &s.rAttempts, &s.rAt, &s.token,
 		&s.failed, &s.it.OrderAt, &s.started, &s.losses, &s.tp, &s.ts}
+	return s
+}
+
+// newClaimScanner returns a scanner of claimCols rows that fills in the
+// rest of each item from req, as the claim wrote it: times as the server
+// stores them, to the microsecond.
+func newClaimScanner(req redrive.ClaimRequest) *itemScanner {
+	s := &itemScanner{claim: true, owner: pgtype.DriverBytes(req.Owner),
+		leaseExp:  pgtype.Timestamptz{Time: req.LeaseUntil.Truncate(time.Microsecond), Valid: true},
+		claimedAt: req.Now.Truncate(time.Microsecond)}
+	if !req.StartedAt.IsZero() {
+		s.started = pgtype.Timestamptz{Time: req.StartedAt.Truncate(time.Microsecond), Valid: true}
+	}
+	s.dest = []any{&s.it.ID, &s.it.RunID, &s.pipeline, &s.it.Key, &s.stage, &s.stageIndex, &s.prio,
+		&s.att, &s.rlw, &s.it.Payload, &s.it.Input, &s.it.EnqueuedAt, &s.it.NextAt, &s.token,
+		&s.failed, &s.it.OrderAt, &s.losses, &s.tp, &s.ts}
 	return s
 }
 
@@ -83,7 +113,11 @@ func (s *itemScanner) scan(row pgx.Row) (redrive.Item, int64, error) {
 	}
 	it := s.it
 	it.Pipeline, it.Stage, it.LeaseOwner = s.name(s.pipeline), s.name(s.stage), s.name(s.owner)
-	it.State = redrive.State(s.name(s.state))
+	if s.claim {
+		it.State, it.UpdatedAt = redrive.StateRunning, s.claimedAt
+	} else {
+		it.State = redrive.State(s.name(s.state))
+	}
 	if it.State == redrive.StatePending && s.leaseExp.Valid {
 		it.State = redrive.StateRunning // leasestate.go
 	}

@@ -335,7 +335,7 @@ func (s *Store) Claim(ctx context.Context, req redrive.ClaimRequest) ([]redrive.
 	}
 	t := s.resume.begin(claimShape(req))
 	sql, a := s.claimSQL(req, t.from)
-	leases, promoted, err := s.claimOrdered(ctx, req.Now, promoteBatch(req.Limit), req.Limit, sql, a)
+	leases, promoted, err := s.claimOrdered(ctx, req.Now, promoteBatch(req.Limit), req.Limit, sql, a, newClaimScanner(req))
 	if err != nil {
 		s.resume.end(t, nil, nil)
 		return nil, s.fail("claim", needsMigration(err))
@@ -423,7 +423,7 @@ func (s *Store) claimSQL(req redrive.ClaimRequest, from *readyKey) (string, args
 	upd := `UPDATE ` + s.q + `.items SET lease_token = ` + batchToken + `,
 		lease_owner = ` + owner + `, lease_expires_at = ` + until + `, attempt_started_at = ` + a.add(started) + `
 	WHERE ctid = ANY(ARRAY(` + pick + `)) AND ` + countsUnchanged + `
-	RETURNING ` + itemColsWith(now+`::timestamptz`)
+	RETURNING ` + claimCols
 	// Every item claimed was pending with no lease, and is running now.
 	return `WITH ` + s.claimBatch(upd, until, now, pipes) + `,
 	` + s.countsMoved("c", "run_id", "'pending'", "'running'") + ` SELECT * FROM c`, a
@@ -480,7 +480,8 @@ func (s *Store) promoteKeySQL() string {
 
 // claimOrdered promotes up to promote waiting items due at now, then runs
 // claim, which leases items, in one transaction and one round trip. It
-// returns the leases and the first item promoted in claim order, if any.
+// returns the leases, read with sc, and the first item promoted in claim
+// order, if any.
 //
 // Both statements are planned with sorts and bitmap scans disabled, so
 // that the only plans left walk items_waiting and items_ready in index
@@ -489,7 +490,7 @@ func (s *Store) promoteKeySQL() string {
 // under-counted ready items (no statistics yet, or statistics taken while
 // the backlog waited): 360 ms instead of 2 ms per claim with 100,000 items
 // due. The settings end with the batch's transaction.
-func (s *Store) claimOrdered(ctx context.Context, now time.Time, promote, limit int, claim string, a args) ([]redrive.Lease, *readyKey, error) {
+func (s *Store) claimOrdered(ctx context.Context, now time.Time, promote, limit int, claim string, a args, sc *itemScanner) ([]redrive.Lease, *readyKey, error) {
 	// A batch is one implicit transaction: the settings are local to it
 	// and the promotion commits with the claim.
 	b := &pgx.Batch{}
@@ -524,7 +525,7 @@ func (s *Store) claimOrdered(ctx context.Context, now time.Time, promote, limit 
 	if err != nil {
 		return nil, nil, err
 	}
-	out, err := collectLeases(rows, limit)
+	out, err := collectLeases(rows, limit, sc)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -544,7 +545,7 @@ func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]r
 	// price high would otherwise get, for far longer than they run.
 	var leases []redrive.Lease
 	err := s.queryPlanned(ctx, claimExpiredPlan, sql, a, func(rows pgx.Rows) (err error) {
-		leases, err = collectLeases(rows, req.Limit)
+		leases, err = collectLeases(rows, req.Limit, newItemScanner())
 		return err
 	})
 	if err != nil {
@@ -554,13 +555,14 @@ func (s *Store) ClaimExpired(ctx context.Context, req redrive.ClaimRequest) ([]r
 	return leases, nil
 }
 
-// collectLeases reads the leases of a claim of at most limit items. A
+// collectLeases reads the leases of a claim of at most limit items with
+// sc (newClaimScanner for a claim's claimCols, newItemScanner for
+// itemCols). A
 // claim mostly returns its limit (a batch of 2,000 by default): room for
 // them saves growing a slice of large Lease values ten times over.
-func collectLeases(rows pgx.Rows, limit int) ([]redrive.Lease, error) {
+func collectLeases(rows pgx.Rows, limit int, sc *itemScanner) ([]redrive.Lease, error) {
 	defer rows.Close()
 	out := make([]redrive.Lease, 0, min(limit, 10000))
-	sc := newItemScanner()
 	for rows.Next() {
 		it, token, err := sc.scan(rows)
 		if err != nil {
