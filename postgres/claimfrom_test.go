@@ -2,6 +2,7 @@ package postgres_test
 
 import (
 	"context"
+	"slices"
 	"testing"
 	"time"
 
@@ -113,6 +114,50 @@ func TestClaimResumeSeesEarlierItems(t *testing.T) {
 	if got := claim(t, s, "resume", 1, later); len(got) != 1 || got[0].Item.ID != ls[1].Item.ID {
 		t.Fatalf("claimed %+v once the waiting item came due, want item %d", got, ls[1].Item.ID)
 	}
+}
+
+// A completion that leaves an item ready behind where claims resume (a
+// failed attempt retried at once, through the full statement; a move to the
+// next stage, through the success-only one) moves the point back to it,
+// so the next claim takes it before the items after the point.
+func TestClaimResumeSeesCompletedItems(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	s := pgtest.OpenStore(t)
+	run := mustRun(t, s, "again")
+	in := make([]redrive.NewItem, 6)
+	for i := range in {
+		in[i].Payload = []byte(`{}`)
+	}
+	items := enqueue(t, s, run, in...)
+	now := t0.Add(time.Minute)
+	take := func(n int, want ...int64) {
+		t.Helper()
+		ls := claim(t, s, "again", n, now)
+		var got []int64
+		for _, l := range ls {
+			got = append(got, l.Item.ID)
+		}
+		if !slices.Equal(got, want) {
+			t.Fatalf("claimed %v, want %v", got, want)
+		}
+	}
+	first := claim(t, s, "again", 2, now)
+	take(2, items[2].ID, items[3].ID) // the claims resume at the third item
+	retry := done(first[0], redrive.StatePending, now)
+	retry.Record.Outcome, retry.Record.Class = redrive.OutcomeRetry, "transient"
+	if _, err := s.Complete(ctx, []redrive.Completion{retry}); err != nil {
+		t.Fatal(err)
+	}
+	take(1, first[0].Item.ID)
+	take(2, items[4].ID, items[5].ID) // at the fifth
+	move := done(first[1], redrive.StatePending, now)
+	move.Record.Outcome, move.Record.Class, move.Record.Error = redrive.OutcomeSucceeded, "", ""
+	move.Stage, move.StageIndex = "b", first[1].Item.StageIndex+1
+	if _, err := s.Complete(ctx, []redrive.Completion{move}); err != nil {
+		t.Fatal(err)
+	}
+	take(1, first[1].Item.ID)
 }
 
 // An item another store (another process) makes ready ahead of where this
