@@ -96,6 +96,12 @@ func (e *engine) notePace(run int64, stage string, d time.Duration) {
 	}
 }
 
+// paceStopFlush bounds the flush when the engine stops. A run shorter
+// than paceFlushEvery has all its waits in that flush, made while the
+// engine's other loops write their last too (on SQLite, through one
+// writer), so it gets the time a stop gives the release of leases.
+const paceStopFlush = 10 * time.Second
+
 // paceLoop adds the summed waits to the store every paceFlushEvery, and
 // once more when the engine stops.
 func (e *engine) paceLoop() {
@@ -109,7 +115,7 @@ func (e *engine) paceLoop() {
 	for {
 		select {
 		case <-e.bgCtx.Done():
-			ctx, cancel := context.WithTimeout(context.WithoutCancel(e.bgCtx), 2*time.Second)
+			ctx, cancel := context.WithTimeout(context.WithoutCancel(e.bgCtx), paceStopFlush)
 			e.flushPace(ctx, pr)
 			cancel()
 			return

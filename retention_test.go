@@ -150,7 +150,10 @@ func TestRetentionPassDeletesBacklog(t *testing.T) {
 		clock := &retentionClock{t: time.Now()}
 		p := redrive.Pipeline{Name: "backlog", Stages: []redrive.Stage{{Name: "s", Handle: func(_ context.Context, it *redrive.Item) ([]byte, error) { return nil, nil }}}}
 		cfg := testConfig(nil)
-		cfg.Now, cfg.Retention, cfg.RetentionInterval, cfg.RetentionBatch = clock.now, time.Hour, 10*time.Millisecond, start
+		// A pass deletes for at most ten intervals: 10 s here, so that a
+		// busy machine, where each statement takes a quarter second, does
+		// not end the pass before the backlog (it did at 1 s).
+		cfg.Now, cfg.Retention, cfg.RetentionInterval, cfg.RetentionBatch = clock.now, time.Hour, time.Second, start
 		c := startClient(t, log, cfg, p)
 		run, err := c.StartRun(context.Background(), "backlog", items(backlog), redrive.RunOptions{})
 		if err != nil {
