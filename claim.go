@@ -31,10 +31,43 @@ var storeRetry = retry.Policy{MaxAttempts: 1 << 30, BaseDelay: 50 * time.Millise
 // PostgreSQL: 870 items per claim on average, 1,560 with the rise
 // followed within a tenth of a second; docs/BENCHMARKS.md). Following a
 // fall as slowly keeps work leased through a pause of a few claims.
+//
+// At rest (an estimate whose prefetch is less than the free workers) even
+// the fast rise starts from nothing: a process that started or woke to a
+// burst claimed its free workers' worth a claim at a time (32, the one
+// that finished, 31, ...) for its first 50 – 100 ms. So at rest, once
+// twice the free workers have started within a sample of the first
+// starts seen, the estimate takes their rate at once, measured from those
+// first starts rather than from the quiet before them; and while it
+// wakes, it takes the rate of every further two workers' worth of starts
+// that come faster than it says (the starts are bounded by the claims,
+// which the estimate bounds), until they come no faster.
 type startRate struct {
+	// burst is how many start at once when work comes to a process at
+	// rest (its workers); rest is the estimate below which it is at rest.
+	burst int64
+	rest  float64
 	at    time.Time
 	count int64
 	rate  float64
+	// last is the count at the previous update; wakeAt and wakeCount
+	// when and at what count starts were first seen at rest (zero when
+	// none are being timed); waking is set from the estimate taken at
+	// rest until the starts come no faster than the estimate.
+	last      int64
+	wakeAt    time.Time
+	wakeCount int64
+	waking    bool
+}
+
+// newStartRate is the estimate of a process with workers workers that
+// leases what they start in window.
+func newStartRate(workers int, window time.Duration) startRate {
+	r := startRate{burst: int64(max(workers, minWake)), rest: math.Inf(1)}
+	if window > 0 {
+		r.rest = float64(workers) / window.Seconds()
+	}
+	return r
 }
 
 // The time constants of startRate, in seconds, and the shortest time over
@@ -45,21 +78,55 @@ const (
 	rateSample = 0.05
 )
 
+// minWake is the fewest workers that startRate assumes in a burst.
+const minWake = 8
+
 // update records that count handlers have started in all by now and
 // returns the estimate.
 func (r *startRate) update(now time.Time, count int64) float64 {
 	if r.at.IsZero() {
-		r.at, r.count = now, count
+		r.at, r.count, r.last = now, count, count
 		return r.rate
 	}
+	seen := count != r.last
+	r.last = count
 	dt := now.Sub(r.at).Seconds()
+	n := count - r.count
+	wake := 2 * r.burst
+	switch {
+	case r.waking:
+		if n >= wake && dt >= rateSample/5 {
+			if inst := float64(n) / dt; inst > r.rate {
+				r.rate, r.at, r.count = inst, now, count
+				return r.rate
+			}
+			r.waking = false
+		}
+	case r.rate < r.rest:
+		if !r.wakeAt.IsZero() && now.Sub(r.wakeAt).Seconds() > rateSample {
+			r.wakeAt = time.Time{}
+		}
+		switch {
+		case r.wakeAt.IsZero():
+			if seen {
+				r.wakeAt, r.wakeCount = now, count
+			}
+		case count-r.wakeCount >= wake && now.After(r.wakeAt):
+			r.rate = max(r.rate, float64(count-r.wakeCount)/now.Sub(r.wakeAt).Seconds())
+			r.at, r.count, r.wakeAt, r.waking = now, count, time.Time{}, true
+			return r.rate
+		}
+	default:
+		r.wakeAt = time.Time{}
+	}
 	// Starts come in bursts, a claim's worth at a time: measured over
 	// less than this, the rate swings, and the fast rise would follow the
 	// swings up and not down.
 	if dt < rateSample {
 		return r.rate
 	}
-	inst := float64(count-r.count) / dt
+	r.waking = false
+	inst := float64(n) / dt
 	tau := rateFall
 	if inst > r.rate {
 		tau = rateRise
@@ -98,7 +165,7 @@ func (e *engine) want(prefetch int) int {
 func (e *engine) claimLoop() {
 	defer e.claimers.Done()
 	failures := 0
-	var rate startRate
+	rate := newStartRate(e.cfg.Workers, e.cfg.PrefetchWindow)
 	for {
 		if e.claimCtx.Err() != nil {
 			return

@@ -11,7 +11,7 @@ import (
 // tenths of a second, a steady rate in bursts is estimated close to its
 // mean rather than its peaks, and a stop is forgotten over about a second.
 func TestStartRateRisesFastFallsSlowly(t *testing.T) {
-	var r startRate
+	r := newStartRate(32, 100*time.Millisecond)
 	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
 	var count int64
 	next := at
@@ -57,5 +57,44 @@ func TestStartRateRisesFastFallsSlowly(t *testing.T) {
 	}
 	if est := step(3*time.Second, 20*time.Millisecond, 0, 0); est > 0.05*want {
 		t.Fatalf("3.3 s after a stop: %.0f a second; want under %.0f", est, 0.05*want)
+	}
+}
+
+// TestStartRateWakes checks the estimate at rest: starts after the first
+// claim's that come faster than it says are taken at once, and a burst of
+// the workers' worth a second later, as handlers that each take a second
+// give, is not.
+func TestStartRateWakes(t *testing.T) {
+	at := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	// feed ticks the claim loop every millisecond for d, batch handlers
+	// starting every period, spread over the first 4 ms of it as workers
+	// pick a claim's items up (over the whole period when shorter).
+	feed := func(r *startRate, d, every time.Duration, batch int64, count *int64) float64 {
+		var est float64
+		for end := at.Add(d); at.Before(end); at = at.Add(time.Millisecond) {
+			spread := min(4, every.Milliseconds())
+			if at.UnixMilli()%every.Milliseconds() < spread {
+				*count += batch / spread
+			}
+			est = r.update(at, *count)
+		}
+		return est
+	}
+	// 32 workers after a second of quiet, fed 32 items every 2 ms as a
+	// claim of the free workers' worth gives: 16,000 a second.
+	r := newStartRate(32, 100*time.Millisecond)
+	var count int64
+	feed(&r, time.Second, time.Hour, 0, &count)
+	const want = 16000.0
+	if est := feed(&r, 20*time.Millisecond, 2*time.Millisecond, 32, &count); est < 0.8*want || est > 1.5*want {
+		t.Fatalf("20 ms into a burst from rest: %.0f a second; want %.0f – %.0f", est, 0.8*want, 1.5*want)
+	}
+	// Handlers of a second each, started together: 32 a second, in one
+	// burst. The estimate must not take the burst for a rate.
+	r = newStartRate(32, 100*time.Millisecond)
+	count = 0
+	feed(&r, time.Second, time.Hour, 0, &count)
+	if est := feed(&r, 5*time.Second, time.Second, 32, &count); est > 200 {
+		t.Fatalf("32 starts a second in bursts: %.0f a second; want under 200 (a prefetch under the free workers)", est)
 	}
 }
