@@ -182,7 +182,22 @@ func errorMessage(err error) string {
 	return msg
 }
 
+// setAbortedLocked records run id as aborted for reason, or, without
+// aborted, no longer. e.mu is held.
+func (e *engine) setAbortedLocked(id int64, reason string, aborted bool) {
+	if aborted {
+		e.aborted[id] = reason
+	} else {
+		delete(e.aborted, id)
+	}
+	e.abortedRuns.Store(int64(len(e.aborted)))
+}
+
+// abortedRun reports whether run id is aborted, and why.
 func (e *engine) abortedRun(id int64) (string, bool) {
+	if e.abortedRuns.Load() == 0 {
+		return "", false
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	r, ok := e.aborted[id]

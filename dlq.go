@@ -194,7 +194,7 @@ func (c *Client) CancelRun(ctx context.Context, runID int64, reason string) (int
 	c.mu.Lock()
 	if c.eng != nil {
 		c.eng.mu.Lock()
-		c.eng.aborted[runID] = reason
+		c.eng.setAbortedLocked(runID, reason, true)
 		c.eng.mu.Unlock()
 	}
 	c.mu.Unlock()

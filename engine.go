@@ -55,22 +55,26 @@ type engine struct {
 	retainBacklog, retainNoteBacklog int
 
 	mu sync.Mutex
-	// inflight holds every lease of this process not yet completed, by
-	// lease: one process may hold an old and a new lease of one item (the
+	// current holds, by item ID, the newest lease of each item that this
+	// process holds and has not yet completed: the one that heartbeats
+	// extend. One process may hold an old and a new lease of one item (the
 	// claimer took the item's next stage while the completer still does
 	// the bookkeeping of the last one, or the rescuer took over a lease
-	// that expired), and each is settled on its own.
-	inflight map[LeaseRef]*task
-	// current is, by item ID, the newest of those leases: the one that
-	// heartbeats extend.
+	// that expired); each is settled on its own, through the completer's
+	// batch, and the old one, no longer current, is not tracked here (it
+	// was kept in a second map by lease, which cost each item a map entry
+	// made and deleted for nothing the current leases do not give).
 	current map[int64]*task
 	// running counts this process's leases by stage. A task holds its
 	// stage's counter, so that tracking a lease costs no lookup here; a
 	// counter stays once made, so there are as many as stages met.
-	running  map[StageKey]*int
-	aborted  map[int64]string // run ID -> abort reason
-	breakers map[StageKey]retry.BreakerState
-	paused   pausedStages // stages paused by operators (pause.go)
+	running map[StageKey]*int
+	aborted map[int64]string // run ID -> abort reason
+	// abortedRuns is len(aborted), read without e.mu by every decision:
+	// while no run is aborted, a decision takes no lock to learn so.
+	abortedRuns atomic.Int64
+	breakers    map[StageKey]retry.BreakerState
+	paused      pausedStages // stages paused by operators (pause.go)
 
 	// ext holds the leases handed out to external workers (external.go).
 	ext externals
@@ -142,7 +146,6 @@ func (c *Client) Start(ctx context.Context) error {
 	e := &engine{
 		c: c, store: c.store, cfg: c.cfg, log: c.cfg.Logger, tracer: newTracer(c.cfg.TracerProvider),
 		pipelines: map[string]*Pipeline{},
-		inflight:  map[LeaseRef]*task{},
 		current:   map[int64]*task{},
 		running:   map[StageKey]*int{},
 		aborted:   map[int64]string{},
@@ -277,11 +280,12 @@ func (e *engine) stop(ctx context.Context) error {
 	e.completer.Wait()
 	e.stopBG()
 	e.bg.Wait()
-	// Anything still in flight (a completion that could not be written)
-	// is released so another worker takes it at once.
+	// Any lease still held (a completion that could not be written) is
+	// released so another worker takes it at once; an item's older lease
+	// has ended already.
 	e.mu.Lock()
 	var refs []LeaseRef
-	for _, t := range e.inflight {
+	for _, t := range e.current {
 		refs = append(refs, t.lease.Ref())
 	}
 	e.mu.Unlock()

@@ -45,8 +45,8 @@ func (e *engine) heartbeatLoop() {
 		n := 0
 		e.mu.Lock()
 		for _, id := range lost {
-			t := e.inflight[LeaseRef{ItemID: id, Token: sent[id]}]
-			if t == nil || t.completing || t.lost {
+			t := e.current[id]
+			if t == nil || t.lease.Token != sent[id] || t.completing || t.lost {
 				continue
 			}
 			n++

@@ -9,8 +9,8 @@ package redrive
 // longer heartbeated, expired, and was rescued as lost, again and again
 // until the item was dead.
 
-// trackLocked records t, a lease just taken, as in flight and as its
-// item's current lease. The store grants a new lease of an item only when
+// trackLocked records t, a lease just taken, as its item's current
+// lease. The store grants a new lease of an item only when
 // the previous one is no longer current, so an older task of the item that
 // is not writing its completion has lost its lease: its handler is
 // interrupted, and trackLocked returns 1 (else 0) for the caller to report
@@ -18,7 +18,6 @@ package redrive
 // completer, which learns from the store whether it applied. e.mu is held.
 func (e *engine) trackLocked(t *task) (lost int) {
 	id := t.lease.Item.ID
-	e.inflight[t.lease.Ref()] = t
 	if t.running == nil {
 		t.running = e.runningLocked(t.key())
 	}
@@ -38,7 +37,6 @@ func (e *engine) trackLocked(t *task) (lost int) {
 // given up. e.mu is held.
 func (e *engine) untrackLocked(t *task) {
 	id := t.lease.Item.ID
-	delete(e.inflight, t.lease.Ref())
 	if e.current[id] == t {
 		delete(e.current, id)
 	}

@@ -127,12 +127,12 @@ func (e *engine) checkRuns() {
 	for _, r := range aborted {
 		if r.Counts.Pending+r.Counts.Running == 0 {
 			e.mu.Lock()
-			delete(e.aborted, r.ID)
+			e.setAbortedLocked(r.ID, "", false)
 			e.mu.Unlock()
 			continue
 		}
 		e.mu.Lock()
-		e.aborted[r.ID] = r.Reason
+		e.setAbortedLocked(r.ID, r.Reason, true)
 		e.mu.Unlock()
 		if r.Counts.Pending > 0 {
 			if _, err := e.store.CancelPending(ctx, ItemFilter{RunID: r.ID, States: []State{StatePending}},
@@ -146,7 +146,7 @@ func (e *engine) checkRuns() {
 func (e *engine) abort(ctx context.Context, r Run, reason string) {
 	now := e.cfg.Now()
 	e.mu.Lock()
-	e.aborted[r.ID] = reason
+	e.setAbortedLocked(r.ID, reason, true)
 	e.mu.Unlock()
 	if ok, err := e.store.FinishRun(ctx, r.ID, RunAborted, reason, now); err != nil || !ok {
 		if err != nil {
