@@ -25,11 +25,12 @@ type Config struct {
 	// without waiting for a claim: the items its workers start in this
 	// long at their recent rate, rounded up, and at most 2 × ClaimBatch.
 	// The rate follows a rise within about a tenth of a second and a fall
-	// over about a second, so a burst of work after a quiet spell is
-	// claimed in full batches within a few claims. Beyond that, items
-	// stay in the queue, where other processes and newly due retries
-	// compete for them in claim order. When a process dies, the leases
-	// whose handler had not started go back to pending without an
+	// over about a second, and from rest it takes the rate of the first
+	// starts after the free workers' at once, so a burst of work after a
+	// quiet spell is claimed in full batches within a few claims. Beyond
+	// that, items stay in the queue, where other processes and newly due
+	// retries compete for them in claim order. When a process dies, the
+	// leases whose handler had not started go back to pending without an
 	// attempt charged. Default 100 ms; negative leases only for free
 	// workers.
 	PrefetchWindow time.Duration
