@@ -782,6 +782,13 @@ func TestLostLeaseInterruptsHandler(t *testing.T) {
 			t.Fatal(err)
 		}
 		id := <-started
+		// Once the start is recorded, the start marks, which would also
+		// learn of a lost lease, leave this one alone: only the heartbeat
+		// can tell the worker.
+		waitFor(t, "the attempt's start mark", func() bool {
+			it, err := s.GetItem(ctx, id)
+			return err == nil && !it.AttemptStartedAt.IsZero()
+		})
 		// Another worker takes the item over, as if the lease had expired.
 		// A claim skips rows locked by a heartbeat in flight (SKIP LOCKED on
 		// PostgreSQL), as a rescuer would: try until the row is free.
